@@ -1,0 +1,575 @@
+#include "lib/config.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_split.h"
+
+namespace aggregator {
+namespace {
+
+using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
+using std::chrono::milliseconds;
+
+constexpr char kSource[] = "test.yaml";
+
+AggregatorConfig Parse(const std::string& yaml) {
+  absl::StatusOr<AggregatorConfig> config = ParseConfig(yaml, kSource);
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  return *config;
+}
+
+// The error lines for `yaml`, which must be invalid.
+std::vector<std::string> Errors(const std::string& yaml) {
+  absl::StatusOr<AggregatorConfig> config = ParseConfig(yaml, kSource);
+  REQUIRE_FALSE(config.ok());
+  REQUIRE(config.status().code() == absl::StatusCode::kInvalidArgument);
+  return absl::StrSplit(config.status().message(), '\n');
+}
+
+// The one error for `yaml`.
+std::string Error(const std::string& yaml) {
+  std::vector<std::string> errors = Errors(yaml);
+  INFO(Catch::rangeToString(errors));
+  REQUIRE(errors.size() == 1);
+  return errors[0];
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A fresh directory under the test's temporary directory.
+std::string MakeTempDir() {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string pattern =
+      std::string(base != nullptr ? base : "/tmp") + "/config_test.XXXXXX";
+  REQUIRE(mkdtemp(pattern.data()) != nullptr);
+  return pattern;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  REQUIRE(out.good());
+}
+
+void CheckDefaults(const AggregatorConfig& config) {
+  CHECK(config.listen == "127.0.0.1:22272");
+  CHECK(config.min_learners == 1);
+  CHECK(config.connect.timeout == milliseconds(30000));
+  CHECK(config.connect.attempt_timeout == milliseconds(20000));
+  CHECK(config.connect.backoff.initial == milliseconds(1000));
+  CHECK(config.connect.backoff.multiplier == 1.6);
+  CHECK(config.connect.backoff.jitter == 0.2);
+  CHECK(config.connect.backoff.max == milliseconds(120000));
+  CHECK(config.call_timeout == milliseconds(60000));
+  CHECK(config.max_message_bytes == 1073741824);
+  CHECK(config.homogeneous_keys ==
+        std::vector<std::string>{"learner_step", "buffer_id", "task_id",
+                                 "learner_done"});
+  CHECK(config.log_level == "info");
+}
+
+TEST_CASE("An empty or comment-only text is the default configuration",
+          "[config]") {
+  for (const char* yaml : {"", "\n", "# nothing but comments\n  # here\n",
+                           "---\n", "~\n", "connect:\nmerge:\nlog:\n"}) {
+    INFO("yaml: " << yaml);
+    AggregatorConfig config = Parse(yaml);
+    CHECK(config.source == "test.yaml");
+    CHECK(config.learners.empty());
+    CheckDefaults(config);
+  }
+}
+
+TEST_CASE("The embedded default is config/aggregator.yaml and is valid",
+          "[config]") {
+  // The file is a data dependency; the test runs at the workspace root.
+  CHECK(DefaultConfigYaml() == ReadText("config/aggregator.yaml"));
+  CHECK_THAT(std::string(DefaultConfigYaml()),
+             StartsWith("# aggregatord configuration"));
+
+  absl::StatusOr<AggregatorConfig> config =
+      ParseConfig(DefaultConfigYaml(), "<embedded default>");
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  CHECK(config->source == "<embedded default>");
+  CHECK(config->learners ==
+        std::vector<LearnerEndpoint>{{"learner0", "127.0.0.1:22300"},
+                                     {"learner1", "127.0.0.1:22301"}});
+  CheckDefaults(*config);
+}
+
+TEST_CASE("Every field is read", "[config]") {
+  AggregatorConfig config = Parse(R"(
+listen: "[::1]:0"
+learners:
+  - id: a
+    address: "10.0.0.1:5000"
+  - address: "[fe80::1%eth0]:5001"
+    id: b
+  - {id: c, address: "unix:/run/learner.sock"}
+min_learners: 3
+connect:
+  timeout: 2m
+  attempt_timeout: 1.5s
+  backoff:
+    initial: 250ms
+    multiplier: 2
+    jitter: 0
+    max: 1h
+call_timeout: 90s
+max_message_bytes: 512MiB
+merge:
+  homogeneous_keys: [step, "task id"]
+log:
+  level: debug
+)");
+  CHECK(config.listen == "[::1]:0");
+  CHECK(config.learners ==
+        std::vector<LearnerEndpoint>{{"a", "10.0.0.1:5000"},
+                                     {"b", "[fe80::1%eth0]:5001"},
+                                     {"c", "unix:/run/learner.sock"}});
+  CHECK(config.min_learners == 3);
+  CHECK(config.connect.timeout == milliseconds(120000));
+  CHECK(config.connect.attempt_timeout == milliseconds(1500));
+  CHECK(config.connect.backoff.initial == milliseconds(250));
+  CHECK(config.connect.backoff.multiplier == 2.0);
+  CHECK(config.connect.backoff.jitter == 0.0);
+  CHECK(config.connect.backoff.max == milliseconds(3600000));
+  CHECK(config.call_timeout == milliseconds(90000));
+  CHECK(config.max_message_bytes == 536870912);
+  CHECK(config.homogeneous_keys == std::vector<std::string>{"step", "task id"});
+  CHECK(config.log_level == "debug");
+}
+
+TEST_CASE("Omitted keys keep their defaults next to written ones", "[config]") {
+  AggregatorConfig config = Parse(
+      "connect:\n"
+      "  backoff:\n"
+      "    jitter: 1\n"
+      "merge:\n"
+      "  homogeneous_keys: []\n");
+  CHECK(config.connect.backoff.jitter == 1.0);
+  CHECK(config.connect.backoff.initial == milliseconds(1000));
+  CHECK(config.connect.backoff.multiplier == 1.6);
+  CHECK(config.connect.timeout == milliseconds(30000));
+  CHECK(config.homogeneous_keys.empty());
+  CHECK(config.min_learners == 1);
+  CHECK(config.listen == "127.0.0.1:22272");
+}
+
+TEST_CASE("Durations take a unit and millisecond resolution", "[config]") {
+  struct Case {
+    const char* text;
+    int64_t ms;
+  };
+  for (Case c :
+       {Case{"250ms", 250}, Case{"30s", 30000}, Case{"1.5s", 1500},
+        Case{"2m", 120000}, Case{"1h", 3600000}, Case{"1h30m", 5400000},
+        Case{"1000us", 1}, Case{"8760h", 31536000000}}) {
+    INFO(c.text);
+    CHECK(Parse(std::string("call_timeout: ") + c.text).call_timeout ==
+          milliseconds(c.ms));
+  }
+}
+
+TEST_CASE("Bad durations name the field and position", "[config]") {
+  CHECK(Error("call_timeout: 30") ==
+        "test.yaml:1:15: call_timeout: \"30\" has no unit; durations need one, "
+        "e.g. \"30s\" or \"30ms\"");
+  CHECK(Error("call_timeout: -5s") ==
+        "test.yaml:1:15: call_timeout: must be positive, got \"-5s\"");
+  CHECK(Error("call_timeout: 0s") ==
+        "test.yaml:1:15: call_timeout: must be positive, got \"0s\"");
+  CHECK_THAT(
+      Error("connect:\n  timeout: soon\n"),
+      StartsWith("test.yaml:2:12: connect.timeout: expected a duration "
+                 "with a unit (us, ms, s, m, h), e.g. \"30s\" or \"250ms\", "
+                 "got \"soon\""));
+  CHECK_THAT(Error("connect:\n  backoff:\n    initial: 100us\n"),
+             StartsWith("test.yaml:3:14: connect.backoff.initial: must be from "
+                        "1ms to 8760h"));
+  CHECK_THAT(
+      Error("call_timeout: 8761h"),
+      StartsWith("test.yaml:1:15: call_timeout: must be from 1ms to 8760h"));
+  CHECK_THAT(Error("call_timeout: inf"),
+             StartsWith("test.yaml:1:15: call_timeout: must be from 1ms"));
+  CHECK_THAT(Error("connect:\n  attempt_timeout: [1s]\n"),
+             StartsWith("test.yaml:2:20: connect.attempt_timeout: expected a "
+                        "duration") &&
+                 Contains("got a list"));
+}
+
+TEST_CASE("max_message_bytes takes bytes or a binary unit", "[config]") {
+  struct Case {
+    const char* text;
+    int64_t bytes;
+  };
+  for (Case c :
+       {Case{"1024", 1024}, Case{"1KiB", 1024}, Case{"\"2048B\"", 2048},
+        Case{"512 MiB", 536870912}, Case{"1GiB", 1073741824},
+        Case{"2147483647", 2147483647}, Case{"2047MiB", 2146435072}}) {
+    INFO(c.text);
+    CHECK(
+        Parse(std::string("max_message_bytes: ") + c.text).max_message_bytes ==
+        c.bytes);
+  }
+  CHECK(Error("max_message_bytes: 1023") ==
+        "test.yaml:1:20: max_message_bytes: must be from 1024 (1KiB) to "
+        "2147483647 (2GiB - 1), got 1023");
+  CHECK(Error("max_message_bytes: 2GiB") ==
+        "test.yaml:1:20: max_message_bytes: must be from 1024 (1KiB) to "
+        "2147483647 (2GiB - 1), got \"2GiB\"");
+  CHECK_THAT(
+      Error("max_message_bytes: 99999999999999999999GiB"),
+      StartsWith("test.yaml:1:20: max_message_bytes: must be from 1024"));
+  CHECK_THAT(
+      Error("max_message_bytes: -1"),
+      StartsWith("test.yaml:1:20: max_message_bytes: must be from 1024"));
+  for (const char* bad : {"1MB", "1.5GiB", "GiB", "lots", "1 GB"}) {
+    INFO(bad);
+    CHECK_THAT(
+        Error(std::string("max_message_bytes: ") + bad),
+        StartsWith("test.yaml:1:20: max_message_bytes: expected a byte "
+                   "count such as 1073741824 or \"1GiB\" (units: B, KiB, "
+                   "MiB, GiB), got \"" +
+                   std::string(bad) + "\""));
+  }
+}
+
+TEST_CASE("Addresses are host:port, [v6]:port or unix:/path", "[config]") {
+  for (const char* good :
+       {"127.0.0.1:1", "localhost:65535", "learner-0.example.com:22300",
+        "my_host:80", "[::1]:22300", "[2001:db8::7]:443", "unix:/tmp/l.sock"}) {
+    INFO(good);
+    AggregatorConfig config = Parse(std::string("listen: \"") + good +
+                                    "\"\nlearners: [{id: x, "
+                                    "address: \"" +
+                                    good + "\"}]");
+    CHECK(config.listen == good);
+    CHECK(config.learners.at(0).address == good);
+  }
+  // Only the listen address may ask for any free port.
+  CHECK(Parse("listen: 0.0.0.0:0").listen == "0.0.0.0:0");
+
+  struct Case {
+    const char* address;
+    const char* problem;
+  };
+  for (Case c : {
+           Case{"",
+                "expected \"host:port\", \"[v6]:port\" or \"unix:/path\", got "
+                "an empty string"},
+           Case{"127.0.0.1", "missing \":port\""},
+           Case{":22300", "the host is empty"},
+           Case{"::1:22300",
+                "an IPv6 host needs brackets, e.g. \"[::1]:22300\""},
+           Case{"host:0",
+                "the port must be a number from 1 to 65535, got \"0\""},
+           Case{"host:65536",
+                "the port must be a number from 1 to 65535, got \"65536\""},
+           Case{"host:http",
+                "the port must be a number from 1 to 65535, got \"http\""},
+           Case{"host:", "the port must be a number from 1 to 65535, got \"\""},
+           Case{"host:-1",
+                "the port must be a number from 1 to 65535, got \"-1\""},
+           Case{"ho st:1", "the host \"ho st\" contains \" \""},
+           Case{"http://host:80",
+                "expected \"host:port\" without a URL scheme"},
+           Case{"[::1]22300", "missing \":port\" after \"]\""},
+           Case{"[::1:22300", "missing \"]\" after the IPv6 host"},
+           Case{"[]:1", "the host between \"[\" and \"]\" is empty"},
+           Case{"[host]:1", "\"host\" is not an IPv6 address"},
+           Case{"unix:",
+                "a unix socket address is \"unix:\" and an absolute "
+                "path, e.g. \"unix:/run/aggregator.sock\""},
+           Case{"unix:relative.sock",
+                "a unix socket address is \"unix:\" and "
+                "an absolute path, e.g. "
+                "\"unix:/run/aggregator.sock\""},
+       }) {
+    INFO(c.address);
+    // Line 3, column 14: the quoted value after "    address: ".
+    CHECK(Error(std::string("learners:\n  - id: a\n    address: \"") +
+                c.address + "\"\n") ==
+          std::string("test.yaml:3:14: learners[0].address: "
+                      "bad address \"") +
+              c.address + "\": " + c.problem);
+  }
+  CHECK(Error("listen: 127.0.0.1") ==
+        "test.yaml:1:9: listen: bad address \"127.0.0.1\": missing \":port\"");
+  CHECK(Error("listen: 127.0.0.1:70000") ==
+        "test.yaml:1:9: listen: bad address \"127.0.0.1:70000\": the port must "
+        "be "
+        "a number from 0 to 65535, got \"70000\"");
+}
+
+TEST_CASE("A YAML syntax error points at the parser's position", "[config]") {
+  CHECK_THAT(
+      Error("listen: \"127.0.0.1:1\"\nlearners: [{id: a\nmin_learners: 1\n"),
+      StartsWith("test.yaml:3:13: YAML syntax error: "));
+  CHECK(Error("connect:\n  timeout: 1s\n    backoff: 2\n") ==
+        "test.yaml:3:12: YAML syntax error: illegal map value");
+}
+
+TEST_CASE("Unknown keys are reported at the key with the allowed keys",
+          "[config]") {
+  CHECK(Error("listen: \"127.0.0.1:1\"\nlisten_port: 5\n") ==
+        "test.yaml:2:1: listen_port: unknown key; allowed here: listen, "
+        "learners, min_learners, connect, call_timeout, max_message_bytes, "
+        "merge, log");
+  CHECK(Error("connect:\n  backoff:\n    jiter: 0.1\n") ==
+        "test.yaml:3:5: connect.backoff.jiter: unknown key; allowed here: "
+        "initial, multiplier, jitter, max");
+  CHECK(Error("learners:\n  - id: a\n    adress: \"h:1\"\n    address: "
+              "\"h:1\"\n") ==
+        "test.yaml:3:5: learners[0].adress: unknown key; allowed here: id, "
+        "address");
+  CHECK(Error("log: {level: info, file: x}") ==
+        "test.yaml:1:20: log.file: unknown key; allowed here: level");
+  CHECK(
+      Error("merge:\n  keys: [a]\n") ==
+      "test.yaml:2:3: merge.keys: unknown key; allowed here: homogeneous_keys");
+  CHECK(Error("[a]: 1\n") == "test.yaml:1:1: keys must be names, got a list");
+}
+
+TEST_CASE("A key given twice is an error naming both", "[config]") {
+  CHECK(Error("call_timeout: 1s\nlog: {level: info}\ncall_timeout: 2s\n") ==
+        "test.yaml:3:1: call_timeout: duplicate key, first at 1:1");
+}
+
+TEST_CASE("Wrong types say what was expected and what was found", "[config]") {
+  CHECK(Error("listen: {host: a, port: 1}") ==
+        "test.yaml:1:9: listen: expected a string, got a map");
+  CHECK(Error("min_learners: abc") ==
+        "test.yaml:1:15: min_learners: expected an integer, got \"abc\"");
+  CHECK(Error("min_learners: 1.5") ==
+        "test.yaml:1:15: min_learners: expected an integer, got \"1.5\"");
+  CHECK(Error("learners: learner0") ==
+        "test.yaml:1:11: learners: expected a list, got \"learner0\"");
+  CHECK(
+      Error("learners:\n  - learner0\n") ==
+      "test.yaml:2:5: learners[0]: expected a map with \"id\" and \"address\", "
+      "got \"learner0\"");
+  CHECK(Error("connect: 30s") ==
+        "test.yaml:1:10: connect: expected a map, got \"30s\"");
+  CHECK(Error("connect:\n  backoff:\n    multiplier: fast\n") ==
+        "test.yaml:3:17: connect.backoff.multiplier: expected a number, got "
+        "\"fast\"");
+  CHECK(Error("merge:\n  homogeneous_keys: [a, [b]]\n") ==
+        "test.yaml:2:25: merge.homogeneous_keys[1]: expected a string, got a "
+        "list");
+  CHECK(
+      Errors("merge:\n  homogeneous_keys: [a, \"\", a]\n") ==
+      std::vector<std::string>{
+          "test.yaml:2:25: merge.homogeneous_keys[1]: must not be empty",
+          "test.yaml:2:29: merge.homogeneous_keys[2]: duplicate entry \"a\""});
+  CHECK(Error("merge:\n  homogeneous_keys: task_id\n") ==
+        "test.yaml:2:21: merge.homogeneous_keys: expected a list, got "
+        "\"task_id\"");
+  CHECK(Error("- listen\n- learners\n") ==
+        "test.yaml:1:1: expected a map of settings (key: value), got a list");
+  CHECK(Error("just text\n") ==
+        "test.yaml:1:1: expected a map of settings (key: value), got \"just "
+        "text\"");
+  // An empty value has no position of its own: the error points at its key.
+  CHECK(Error("log:\n  level:\n") ==
+        "test.yaml:2:3: log.level: expected a string, got nothing");
+}
+
+TEST_CASE("Out-of-range numbers are rejected", "[config]") {
+  CHECK(Error("connect:\n  backoff:\n    jitter: 1.5\n") ==
+        "test.yaml:3:13: connect.backoff.jitter: must be from 0 to 1, got 1.5");
+  CHECK(
+      Error("connect:\n  backoff:\n    jitter: -0.1\n") ==
+      "test.yaml:3:13: connect.backoff.jitter: must be from 0 to 1, got -0.1");
+  CHECK(Error("connect:\n  backoff:\n    multiplier: 0.5\n") ==
+        "test.yaml:3:17: connect.backoff.multiplier: must be at least 1, got "
+        "0.5");
+  CHECK(Error("connect:\n  backoff:\n    multiplier: .nan\n") ==
+        "test.yaml:3:17: connect.backoff.multiplier: expected a number, got "
+        "\".nan\"");
+  CHECK(Error("min_learners: -1") ==
+        "test.yaml:1:15: min_learners: must be from 0 to 2147483647, got -1");
+  CHECK(Error("log: {level: verbose}") ==
+        "test.yaml:1:14: log.level: expected one of trace, debug, info, warn, "
+        "error, critical, off, got \"verbose\"");
+}
+
+TEST_CASE("backoff.max must not be below backoff.initial", "[config]") {
+  CHECK(Error("connect:\n  backoff:\n    initial: 10s\n    max: 5s\n") ==
+        "test.yaml:4:10: connect.backoff.max: must be at least "
+        "connect.backoff.initial (10s), got 5s");
+  CHECK(Error("connect:\n  backoff:\n    initial: 3m\n") ==
+        "test.yaml:3:14: connect.backoff.initial: must be at most "
+        "connect.backoff.max (2m, the default), got 3m");
+  // An invalid max is reported once, not also compared.
+  CHECK(Error("connect:\n  backoff:\n    initial: 200s\n    max: soon\n") ==
+        "test.yaml:4:10: connect.backoff.max: expected a duration with a unit "
+        "(us, ms, s, m, h), e.g. \"30s\" or \"250ms\", got \"soon\"");
+  CHECK(
+      Parse("connect: {backoff: {initial: 5s, max: 5s}}").connect.backoff.max ==
+      milliseconds(5000));
+}
+
+TEST_CASE("Learners need a unique id and an address", "[config]") {
+  const std::vector<std::string> errors = Errors(
+      "learners:\n"
+      "  - id: learner0\n"
+      "    address: \"h:1\"\n"
+      "  - id: learner1\n"
+      "    address: \"h:2\"\n"
+      "  - id: learner0\n"
+      "    address: \"h:3\"\n");
+  REQUIRE(errors.size() == 1);
+  CHECK(
+      errors[0] ==
+      "test.yaml:6:9: learners[2].id: duplicate learner id \"learner0\", first "
+      "at 2:9");
+
+  CHECK(
+      Error("learners:\n  - address: \"h:1\"\n") ==
+      "test.yaml:2:5: learners[0]: missing \"id\" (a unique, non-empty name)");
+  CHECK(Error("learners:\n  - id: a\n") ==
+        "test.yaml:2:5: learners[0]: missing \"address\" (\"host:port\", "
+        "\"[v6]:port\" or \"unix:/path\")");
+  CHECK(Error("learners:\n  - id: \"\"\n    address: \"h:1\"\n") ==
+        "test.yaml:2:9: learners[0].id: must not be empty");
+  CHECK(Error("learners: [{id: [a], address: \"h:1\"}]") ==
+        "test.yaml:1:17: learners[0].id: expected a string, got a list");
+  CHECK(Error("learners:\n  -\n") ==
+        "test.yaml:2:3: learners[0]: expected a map with \"id\" and "
+        "\"address\", got nothing");
+  // An empty `learners:` is an empty list.
+  CHECK(Parse("learners:\nmin_learners: 0\n").learners.empty());
+}
+
+TEST_CASE("min_learners cannot exceed the learners listed", "[config]") {
+  CHECK(Error("learners:\n  - {id: a, address: \"h:1\"}\nmin_learners: 2\n") ==
+        "test.yaml:3:15: min_learners: 2 is more than the number of learners "
+        "listed (1)");
+  CHECK(Error("min_learners: 1") ==
+        "test.yaml:1:15: min_learners: 1 is more than the number of learners "
+        "listed (0)");
+  CHECK(Parse("min_learners: 0").min_learners == 0);
+  // Left at its default, it is not checked: learners may be added on reload.
+  CHECK(Parse("learners: []").min_learners == 1);
+}
+
+TEST_CASE("Every error is reported, in document order", "[config]") {
+  const std::vector<std::string> errors = Errors(
+      "min_learners: 5\n"                   // 1: more than the 2 learners
+      "listen: 127.0.0.1\n"                 // 2: no port
+      "learners:\n"                         // 3
+      "  - id: a\n"                         // 4
+      "    address: \"h:0\"\n"              // 5: port 0
+      "  - id: a\n"                         // 6: duplicate id
+      "    address: \"h:1\"\n"              // 7
+      "connect:\n"                          // 8
+      "  timeout: 30\n"                     // 9: no unit
+      "  backoff: {jitter: 2, bogus: 1}\n"  // 10: range, unknown key
+      "call_timeout: 1s\n"                  // 11
+      "call_timeout: 2s\n"                  // 12: duplicate key
+      "log: {level: loud}\n");              // 13: not a level
+  INFO(Catch::rangeToString(errors));
+  REQUIRE(errors.size() == 9);
+  CHECK_THAT(errors[0], StartsWith("test.yaml:1:15: min_learners: 5 is more"));
+  CHECK_THAT(errors[1], StartsWith("test.yaml:2:9: listen: bad address"));
+  CHECK_THAT(errors[2],
+             StartsWith("test.yaml:5:14: learners[0].address: bad "));
+  CHECK_THAT(errors[3],
+             StartsWith("test.yaml:6:9: learners[1].id: duplicate "));
+  CHECK_THAT(errors[4],
+             StartsWith("test.yaml:9:12: connect.timeout: \"30\" has"));
+  CHECK_THAT(
+      errors[5],
+      StartsWith("test.yaml:10:21: connect.backoff.jitter: must be from"));
+  CHECK_THAT(errors[6],
+             StartsWith("test.yaml:10:24: connect.backoff.bogus: unknown key"));
+  CHECK_THAT(errors[7],
+             StartsWith("test.yaml:12:1: call_timeout: duplicate key"));
+  CHECK_THAT(errors[8],
+             StartsWith("test.yaml:13:14: log.level: expected one of"));
+}
+
+TEST_CASE("Only one YAML document is allowed", "[config]") {
+  CHECK(Error("listen: \"h:1\"\n---\nlisten: \"h:2\"\n") ==
+        "test.yaml:3:1: only one YAML document is allowed; remove the \"---\" "
+        "separator");
+  // A trailing separator with nothing after it is harmless.
+  CHECK(Parse("listen: \"h:1\"\n---\n").listen == "h:1");
+}
+
+TEST_CASE("LoadConfigFile reads a file and names it", "[config]") {
+  const std::string dir = MakeTempDir();
+  const std::string path = dir + "/aggregator.yaml";
+  WriteText(path,
+            "learners:\n  - id: only\n    address: \"unix:/tmp/only.sock\"\n");
+  absl::StatusOr<AggregatorConfig> config = LoadConfigFile(path);
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  CHECK(config->source == path);
+  CHECK(config->learners ==
+        std::vector<LearnerEndpoint>{{"only", "unix:/tmp/only.sock"}});
+  CHECK(config->min_learners == 1);
+
+  WriteText(path, "call_timeout: 5\n");
+  config = LoadConfigFile(path);
+  REQUIRE(config.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(config.status().message() ==
+        path +
+            ":1:15: call_timeout: \"5\" has no unit; durations need one, "
+            "e.g. \"5s\" or \"5ms\"");
+
+  // The shipped default loads the same as the embedded copy.
+  config = LoadConfigFile("config/aggregator.yaml");
+  INFO(config.status().ToString());
+  REQUIRE(config.ok());
+  CHECK(config->source == "config/aggregator.yaml");
+  CHECK(config->learners.size() == 2);
+}
+
+TEST_CASE("LoadConfigFile reports a file it cannot read", "[config]") {
+  const std::string dir = MakeTempDir();
+  const std::string missing = dir + "/missing.yaml";
+  absl::StatusOr<AggregatorConfig> config = LoadConfigFile(missing);
+  CHECK(config.status().code() == absl::StatusCode::kNotFound);
+  CHECK(config.status().message() ==
+        missing + ": cannot read configuration: No such file or directory");
+
+  config = LoadConfigFile(dir);
+  CHECK_FALSE(config.ok());
+  CHECK(config.status().message() ==
+        dir + ": cannot read configuration: Is a directory");
+
+  const std::string unreadable = dir + "/unreadable.yaml";
+  WriteText(unreadable, "listen: \"h:1\"\n");
+  REQUIRE(chmod(unreadable.c_str(), 0) == 0);
+  config = LoadConfigFile(unreadable);
+  if (geteuid() == 0) {
+    WARN("running as root: every file is readable; permission check skipped");
+  } else {
+    CHECK(config.status().code() == absl::StatusCode::kPermissionDenied);
+    CHECK(config.status().message() ==
+          unreadable + ": cannot read configuration: Permission denied");
+  }
+}
+
+}  // namespace
+}  // namespace aggregator
