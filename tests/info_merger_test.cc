@@ -1,0 +1,169 @@
+#include "lib/info_merger.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <catch2/catch.hpp>
+
+namespace {
+
+using aggregator::InfoMerger;
+using google::protobuf::Struct;
+
+Struct Json(const std::string& json) {
+  Struct s;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(json, &s).ok());
+  return s;
+}
+
+std::string ToJson(const Struct& s) {
+  std::string out;
+  REQUIRE(google::protobuf::util::MessageToJsonString(s, &out).ok());
+  return out;
+}
+
+// Merges copies of `infos` (learners l0, l1, ...).
+absl::StatusOr<aggregator::MergedInfo> MergeAll(std::vector<Struct> infos,
+                                                const InfoMerger& merger) {
+  std::vector<Struct*> pointers;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    pointers.push_back(&infos[i]);
+    ids.push_back("l" + std::to_string(i));
+  }
+  return merger.Merge(pointers, ids);
+}
+
+void RequireMerged(const std::vector<std::string>& inputs,
+                   const std::string& expected) {
+  std::vector<Struct> infos;
+  for (const auto& input : inputs) infos.push_back(Json(input));
+  InfoMerger merger({"learner_step", "buffer_id", "task_id", "learner_done"});
+  auto merged = MergeAll(infos, merger);
+  REQUIRE(merged.ok());
+  INFO("merged: " << ToJson(merged->info));
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(merged->info,
+                                                           Json(expected)));
+}
+
+}  // namespace
+
+TEST_CASE("Scalars become one entry per learner, lists concatenate in order") {
+  RequireMerged({R"({"loss": 1.5, "name": "a", "ok": true, "p": [1, 2]})",
+                 R"({"loss": 2.5, "name": "b", "ok": false, "p": [3]})",
+                 R"({"loss": 3.5, "name": "c", "ok": true, "p": []})"},
+                R"({"loss": [1.5, 2.5, 3.5], "name": ["a", "b", "c"],
+                    "ok": [true, false, true], "p": [1, 2, 3]})");
+}
+
+TEST_CASE(
+    "Nested maps merge key by key; homogeneous keys take the first value") {
+  RequireMerged({R"({"learner_step": 4, "task_id": "t", "priority_info":
+            {"priority": [0.1, 0.2], "replay_unique_id": ["a", "b"]}})",
+                 R"({"learner_step": 4, "task_id": "t", "priority_info":
+            {"priority": [0.3], "replay_unique_id": ["c"]}})"},
+                R"({"learner_step": 4, "task_id": "t", "priority_info":
+            {"priority": [0.1, 0.2, 0.3], "replay_unique_id": ["a", "b", "c"]}})");
+}
+
+TEST_CASE("A homogeneous key that disagrees keeps the first and warns") {
+  InfoMerger merger({"learner_step"});
+  auto merged = MergeAll(
+      {Json(R"({"learner_step": 4})"), Json(R"({"learner_step": 5})")}, merger);
+  REQUIRE(merged.ok());
+  CHECK(merged->info.fields().at("learner_step").number_value() == 4);
+  REQUIRE(merged->warnings.size() == 1);
+  CHECK_THAT(merged->warnings[0], Catch::Contains("learner_step") &&
+                                      Catch::Contains("l1") &&
+                                      Catch::Contains("l0"));
+}
+
+TEST_CASE("Homogeneous keys are configurable") {
+  InfoMerger merger({"epoch"});
+  auto merged = MergeAll({Json(R"({"epoch": 1, "learner_step": 7})"),
+                          Json(R"({"epoch": 1, "learner_step": 7})")},
+                         merger);
+  REQUIRE(merged.ok());
+  CHECK(merged->info.fields().at("epoch").number_value() == 1);
+  CHECK(merged->info.fields().at("learner_step").list_value().values_size() ==
+        2);
+}
+
+// The Python original crashed on each of the following.
+TEST_CASE("A key missing in one learner keeps everyone's data") {
+  RequireMerged(
+      {R"({"loss": 1})", R"({"loss": 2, "extra": 9})", R"({"extra": 8})"},
+      R"({"loss": [1, 2, null], "extra": [null, 9, 8]})");
+}
+
+TEST_CASE("The first learner's empty dict does not drop the others' keys") {
+  RequireMerged({R"({})", R"({"loss": 2, "p": [1]})"},
+                R"({"loss": [null, 2], "p": [1]})");
+  RequireMerged({R"({"stats": {}})", R"({"stats": {"a": [1]}})"},
+                R"({"stats": {"a": [1]}})");
+}
+
+TEST_CASE(
+    "Nulls merge: among scalars they are entries, beside lists absences") {
+  RequireMerged({R"({"v": null})", R"({"v": 3})"}, R"({"v": [null, 3]})");
+  InfoMerger merger({});
+  auto merged =
+      MergeAll({Json(R"({"p": null})"), Json(R"({"p": [1, 2]})")}, merger);
+  REQUIRE(merged.ok());
+  CHECK(merged->info.fields().at("p").list_value().values_size() == 2);
+  REQUIRE(merged->warnings.size() == 1);
+  CHECK_THAT(merged->warnings[0],
+             Catch::Contains("l0") && Catch::Contains("null"));
+}
+
+TEST_CASE("A list missing from one learner is reported, not silently dropped") {
+  InfoMerger merger({});
+  auto merged = MergeAll(
+      {Json(R"({"p": [1]})"), Json(R"({})"), Json(R"({"p": [2]})")}, merger);
+  REQUIRE(merged.ok());
+  CHECK(merged->info.fields().at("p").list_value().values_size() == 2);
+  REQUIRE(merged->warnings.size() == 1);
+  CHECK_THAT(merged->warnings[0],
+             Catch::Contains("l1") && Catch::Contains("'p'"));
+}
+
+TEST_CASE("List against scalar is an error naming the key and both learners") {
+  InfoMerger merger({});
+  auto merged = MergeAll(
+      {Json(R"({"a": {"p": [1, 2]}})"), Json(R"({"a": {"p": 3}})")}, merger);
+  REQUIRE_FALSE(merged.ok());
+  CHECK(merged.status().code() == absl::StatusCode::kInternal);
+  CHECK_THAT(std::string(merged.status().message()),
+             Catch::Contains("'a.p'") && Catch::Contains("l0 sent a list") &&
+                 Catch::Contains("l1 sent a scalar"));
+}
+
+TEST_CASE("Map against list is an error; a scalar before a map too") {
+  InfoMerger merger({});
+  auto map_list =
+      MergeAll({Json(R"({"a": {"x": 1}})"), Json(R"({"a": [1]})")}, merger);
+  REQUIRE_FALSE(map_list.ok());
+  CHECK_THAT(std::string(map_list.status().message()),
+             Catch::Contains("l0 sent a map but l1 sent a list"));
+  auto scalar_map =
+      MergeAll({Json(R"({"a": 1})"), Json(R"({"a": {"x": 1}})")}, merger);
+  REQUIRE_FALSE(scalar_map.ok());
+  CHECK_THAT(std::string(scalar_map.status().message()),
+             Catch::Contains("l1 sent a map but l0 sent a scalar"));
+}
+
+TEST_CASE("One learner and no learners merge too") {
+  RequireMerged({R"({"loss": 1, "p": [1, 2], "learner_step": 3})"},
+                R"({"loss": [1], "p": [1, 2], "learner_step": 3})");
+  InfoMerger merger({});
+  auto merged = MergeAll({}, merger);
+  REQUIRE(merged.ok());
+  CHECK(merged->info.fields().empty());
+}
+
+TEST_CASE("Mismatched inputs are an error, not a crash") {
+  InfoMerger merger({});
+  Struct s;
+  auto merged = merger.Merge({&s}, {"a", "b"});
+  CHECK_FALSE(merged.ok());
+}
