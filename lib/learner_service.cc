@@ -1,0 +1,291 @@
+#include "lib/learner_service.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace aggregator {
+namespace {
+
+namespace pb = aggregator::v1;
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// Records every call's outcome, then OK when all succeeded; otherwise the first
+// failure's code and a message naming every learner that failed and why.
+template <typename Request, typename Reply>
+grpc::Status Summarize(const char* method, LearnerPool* pool,
+                       const LearnerCalls<Request, Reply>& calls) {
+  std::vector<std::string> failures;
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  for (const auto& call : calls) {
+    pool->RecordCall(call.learner, call.status);
+    if (call.status.ok()) continue;
+    if (code == grpc::StatusCode::OK) code = call.status.error_code();
+    failures.push_back(absl::StrCat(call.learner.Name(), ": ",
+                                    CodeName(call.status.error_code()), ": ",
+                                    call.status.error_message()));
+  }
+  if (failures.empty()) return grpc::Status::OK;
+  const std::string message =
+      absl::StrCat(method, " failed on ", failures.size(), " of ", calls.size(),
+                   " learner(s): ", absl::StrJoin(failures, "; "));
+  spdlog::warn("{}", message);
+  return grpc::Status(code, message);
+}
+
+template <typename T>
+void WarnIfDifferent(const char* method, const char* field,
+                     const LearnerHandle& first, const T& first_value,
+                     const LearnerHandle& other, const T& other_value) {
+  if (first_value == other_value) return;
+  spdlog::warn(
+      "{}: learners disagree on {}: {} sent '{}', {} sent '{}'; kept {}'s",
+      method, field, first.id, first_value, other.id, other_value, first.id);
+}
+
+}  // namespace
+
+LearnerService::LearnerService(LearnerPool* pool, LearnerServiceOptions options)
+    : pool_(pool) {
+  SetOptions(std::move(options));
+}
+
+void LearnerService::SetOptions(LearnerServiceOptions options) {
+  InfoMerger merger(options.homogeneous_keys);
+  auto settings = std::make_shared<const Settings>(
+      Settings{std::move(options), std::move(merger)});
+  std::lock_guard<std::mutex> lock(mu_);
+  settings_ = std::move(settings);
+}
+
+std::shared_ptr<const LearnerService::Settings> LearnerService::settings()
+    const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return settings_;
+}
+
+absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
+    const char* method, const Settings& settings) const {
+  std::vector<LearnerHandle> ready = pool_->Ready();
+  const size_t needed =
+      static_cast<size_t>(std::max(1, settings.options.min_learners));
+  if (ready.size() >= needed) return ready;
+  const std::string not_ready = pool_->DescribeNotReady();
+  return absl::UnavailableError(absl::StrCat(
+      method, ": ", ready.size(), " of ", pool_->size(), " learner(s) ready, ",
+      needed, " needed (min_learners ", settings.options.min_learners, ")",
+      not_ready.empty() ? "" : ": ", not_ready));
+}
+
+template <typename Request, typename Reply>
+grpc::ServerUnaryReactor* LearnerService::Relay(
+    const char* method, grpc::CallbackServerContext* context,
+    const Request& request, StartCall<Request, Reply> start,
+    std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
+  auto* reactor = context->DefaultReactor();
+  auto settings = this->settings();
+  auto learners = ReadyLearners(method, *settings);
+  if (!learners.ok()) {
+    reactor->Finish(ToGrpc(learners.status()));
+    return reactor;
+  }
+  FanOut<Request, Reply>(
+      context, settings->options.call_timeout, std::move(*learners), {request},
+      start, [this, method, reactor, merge = std::move(merge)](auto& calls) {
+        grpc::Status status = Summarize(method, pool_, calls);
+        reactor->Finish(status.ok() ? merge(calls) : status);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LearnerService::GetResource(
+    grpc::CallbackServerContext* context, const pb::GetResourceRequest* request,
+    pb::Resource* reply) {
+  return Relay<pb::GetResourceRequest, pb::Resource>(
+      "GetResource", context, *request,
+      [](LearnerAsync* async, grpc::ClientContext* c,
+         const pb::GetResourceRequest* r, pb::Resource* p,
+         std::function<void(grpc::Status)> f) {
+        async->GetResource(c, r, p, std::move(f));
+      },
+      [reply](auto& calls) {
+        for (const auto& call : calls) {
+          reply->set_gpus(reply->gpus() + call.reply.gpus());
+          // A plain learner may leave `learners` unset: it counts as one.
+          reply->set_learners(reply->learners() +
+                              std::max(1, call.reply.learners()));
+        }
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* LearnerService::StartTask(
+    grpc::CallbackServerContext* context, const pb::StartTaskRequest* request,
+    pb::StartTaskReply* reply) {
+  return Relay<pb::StartTaskRequest, pb::StartTaskReply>(
+      "StartTask", context, *request,
+      [](LearnerAsync* async, grpc::ClientContext* c,
+         const pb::StartTaskRequest* r, pb::StartTaskReply* p,
+         std::function<void(grpc::Status)> f) {
+        async->StartTask(c, r, p, std::move(f));
+      },
+      [reply](auto& calls) {
+        reply->set_message(
+            absl::StrCat("task started on ", calls.size(), " learner(s)"));
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* LearnerService::GetData(
+    grpc::CallbackServerContext* context, const pb::GetDataRequest* request,
+    pb::DataDemand* reply) {
+  return Relay<pb::GetDataRequest, pb::DataDemand>(
+      "GetData", context, *request,
+      [](LearnerAsync* async, grpc::ClientContext* c,
+         const pb::GetDataRequest* r, pb::DataDemand* p,
+         std::function<void(grpc::Status)> f) {
+        async->GetData(c, r, p, std::move(f));
+      },
+      [this, reply](auto& calls) {
+        std::vector<PlanSlice> slices;
+        const auto& first = calls.front();
+        for (const auto& call : calls) {
+          const pb::DataDemand& demand = call.reply;
+          if (demand.batch_size() < 0) {
+            return grpc::Status(
+                grpc::StatusCode::INTERNAL,
+                absl::StrCat("GetData: ", call.learner.Name(),
+                             " demanded a negative batch_size (",
+                             demand.batch_size(), ")"));
+          }
+          WarnIfDifferent("GetData", "cur_learner_iter", first.learner,
+                          first.reply.cur_learner_iter(), call.learner,
+                          demand.cur_learner_iter());
+          WarnIfDifferent("GetData", "task_id", first.learner,
+                          first.reply.task_id(), call.learner,
+                          demand.task_id());
+          WarnIfDifferent("GetData", "buffer_id", first.learner,
+                          first.reply.buffer_id(), call.learner,
+                          demand.buffer_id());
+          slices.push_back(PlanSlice{call.learner.id, call.learner.epoch,
+                                     demand.batch_size(), demand.plan_id()});
+        }
+        *reply = std::move(calls.front().reply);
+        auto plan = planner_.Record(std::move(slices));
+        reply->set_batch_size(plan->total);
+        reply->set_plan_id(plan->id);
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* LearnerService::Learn(
+    grpc::CallbackServerContext* context, const pb::LearnRequest* request,
+    pb::LearnReply* reply) {
+  auto* reactor = context->DefaultReactor();
+  auto settings = this->settings();
+  auto plan = planner_.Find(request->plan_id());
+  if (!plan.ok()) {
+    reactor->Finish(ToGrpc(plan.status()));
+    return reactor;
+  }
+  std::vector<LearnerHandle> learners;
+  std::vector<std::string> gone;
+  for (const PlanSlice& slice : (*plan)->slices) {
+    auto learner = pool_->Current(slice.learner_id, slice.epoch);
+    if (learner.ok()) {
+      learners.push_back(std::move(*learner));
+    } else {
+      gone.emplace_back(learner.status().message());
+    }
+  }
+  if (!gone.empty()) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("Learn: the learners of plan '", (*plan)->id,
+                     "' changed since GetData: ", absl::StrJoin(gone, "; "),
+                     "; call GetData again")));
+    return reactor;
+  }
+  if (absl::Status count = CheckSampleCount(**plan, request->samples_size());
+      !count.ok()) {
+    reactor->Finish(ToGrpc(count));
+    return reactor;
+  }
+  // gRPC owns the request message and nothing else reads it until Finish:
+  // moving the samples out of it avoids copying their payloads.
+  auto slices = SplitBatch(**plan, const_cast<pb::LearnRequest*>(request));
+  FanOut<pb::LearnRequest, pb::LearnReply>(
+      context, settings->options.call_timeout, std::move(learners),
+      std::move(slices),
+      [](LearnerAsync* async, grpc::ClientContext* c, const pb::LearnRequest* r,
+         pb::LearnReply* p, std::function<void(grpc::Status)> f) {
+        async->Learn(c, r, p, std::move(f));
+      },
+      [this, reactor, reply, settings](auto& calls) {
+        grpc::Status status = Summarize("Learn", pool_, calls);
+        if (!status.ok()) {
+          reactor->Finish(status);
+          return;
+        }
+        std::vector<google::protobuf::Struct*> infos;
+        std::vector<std::string> ids;
+        const auto& first = calls.front();
+        for (auto& call : calls) {
+          infos.push_back(call.reply.mutable_info());
+          ids.push_back(call.learner.id);
+          WarnIfDifferent("Learn", "task_id", first.learner,
+                          first.reply.task_id(), call.learner,
+                          call.reply.task_id());
+          WarnIfDifferent("Learn", "buffer_id", first.learner,
+                          first.reply.buffer_id(), call.learner,
+                          call.reply.buffer_id());
+        }
+        auto merged = settings->merger.Merge(infos, ids);
+        if (!merged.ok()) {
+          reactor->Finish(
+              grpc::Status(grpc::StatusCode::INTERNAL,
+                           absl::StrCat("Learn: ", merged.status().message())));
+          return;
+        }
+        for (const std::string& warning : merged->warnings) {
+          spdlog::warn("Learn: {}", warning);
+        }
+        reply->set_task_id(first.reply.task_id());
+        reply->set_buffer_id(first.reply.buffer_id());
+        *reply->mutable_info() = std::move(merged->info);
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LearnerService::CloseTask(
+    grpc::CallbackServerContext* context, const pb::CloseTaskRequest* request,
+    pb::CloseTaskReply* reply) {
+  return Relay<pb::CloseTaskRequest, pb::CloseTaskReply>(
+      "CloseTask", context, *request,
+      [](LearnerAsync* async, grpc::ClientContext* c,
+         const pb::CloseTaskRequest* r, pb::CloseTaskReply* p,
+         std::function<void(grpc::Status)> f) {
+        async->CloseTask(c, r, p, std::move(f));
+      },
+      [reply](auto& calls) {
+        reply->set_message(
+            absl::StrCat("task closed on ", calls.size(), " learner(s)"));
+        return grpc::Status::OK;
+      });
+}
+
+}  // namespace aggregator
