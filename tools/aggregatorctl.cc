@@ -1,0 +1,264 @@
+// aggregatorctl: the coordinator side of the Learner API, and the operator side
+// of AggregatorAdmin, on the command line. Talks to an aggregator or a single
+// learner.
+//
+//   aggregatorctl [--target ADDR] [--timeout SECONDS] COMMAND
+//     resource | start [--task-info FILE.json] | demand | close
+//     learn --samples N --bytes B [--plan-id ID]
+//     run --steps K [--bytes B]      GetData -> Learn K times, with a summary
+//     status                         learners and workers (AggregatorAdmin)
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/admin.grpc.pb.h"
+#include "proto/learner.grpc.pb.h"
+
+namespace {
+
+namespace pb = aggregator::v1;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string target = "127.0.0.1:22272";
+  double timeout_seconds = 60;
+  std::string task_info_file;
+  int64_t samples = 0;
+  int64_t bytes = 64;
+  std::string plan_id;
+  int64_t steps = 10;
+};
+
+std::unique_ptr<grpc::ClientContext> Context(const Options& options) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::microseconds(static_cast<int64_t>(
+                            options.timeout_seconds * 1e6)));
+  return context;
+}
+
+std::string Json(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions print;
+  print.add_whitespace = true;
+  print.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, print);
+  return out;
+}
+
+int Fail(const char* what, const grpc::Status& status) {
+  std::fprintf(stderr, "aggregatorctl: %s failed: %s: %s\n", what,
+               absl::StatusCodeToString(
+                   static_cast<absl::StatusCode>(status.error_code()))
+                   .c_str(),
+               status.error_message().c_str());
+  return 1;
+}
+
+pb::LearnRequest MakeBatch(int64_t count, int64_t bytes,
+                           const std::string& prefix) {
+  pb::LearnRequest request;
+  request.mutable_samples()->Reserve(static_cast<int>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    auto* sample = request.add_samples();
+    sample->mutable_data()->assign(static_cast<size_t>(bytes),
+                                   static_cast<char>('a' + i % 26));
+    (*sample->mutable_meta()->mutable_fields())["replay_unique_id"]
+        .set_string_value(prefix + std::to_string(i));
+  }
+  return request;
+}
+
+int Run(pb::Learner::Stub& stub, const Options& options) {
+  std::vector<double> latencies;
+  int64_t samples = 0;
+  const auto started = Clock::now();
+  for (int64_t step = 0; step < options.steps; ++step) {
+    pb::DataDemand demand;
+    grpc::Status status = stub.GetData(Context(options).get(), {}, &demand);
+    if (!status.ok()) return Fail("GetData", status);
+    pb::LearnRequest batch = MakeBatch(demand.batch_size(), options.bytes,
+                                       "step" + std::to_string(step) + "-");
+    batch.set_plan_id(demand.plan_id());
+    pb::LearnReply reply;
+    const auto learn_started = Clock::now();
+    status = stub.Learn(Context(options).get(), batch, &reply);
+    if (!status.ok()) return Fail("Learn", status);
+    latencies.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - learn_started)
+            .count());
+    samples += demand.batch_size();
+    const int width = 30;
+    const int done = static_cast<int>(width * (step + 1) / options.steps);
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld steps",
+                 std::string(done, '#').c_str(),
+                 std::string(width - done, ' ').c_str(),
+                 static_cast<long long>(step + 1),
+                 static_cast<long long>(options.steps));
+  }
+  std::fprintf(stderr, "\n");
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - started).count();
+  std::sort(latencies.begin(), latencies.end());
+  const double p50 = latencies.empty() ? 0 : latencies[latencies.size() / 2];
+  std::printf(
+      "steps %lld  samples %lld  time %.3f s  %.0f samples/s  %.1f MB/s  "
+      "learn p50 %.3f ms\n",
+      static_cast<long long>(options.steps), static_cast<long long>(samples),
+      seconds, samples / seconds,
+      static_cast<double>(samples) * static_cast<double>(options.bytes) / 1e6 /
+          seconds,
+      p50);
+  return 0;
+}
+
+const char* LearnerStateName(pb::LearnerState state) {
+  switch (state) {
+    case pb::LEARNER_STATE_CONNECTING:
+      return "connecting";
+    case pb::LEARNER_STATE_READY:
+      return "ready";
+    case pb::LEARNER_STATE_FAILED:
+      return "failed";
+    case pb::LEARNER_STATE_REMOVED:
+      return "removed";
+    default:
+      return "?";
+  }
+}
+
+int Status(const std::shared_ptr<grpc::Channel>& channel,
+           const Options& options) {
+  auto admin = pb::AggregatorAdmin::NewStub(channel);
+  pb::AggregatorStatus status;
+  grpc::Status rpc = admin->GetStatus(Context(options).get(), {}, &status);
+  if (!rpc.ok()) return Fail("GetStatus", rpc);
+  std::printf("aggregatord %s  %s  config %s (generation %lld)  up %llds\n",
+              status.version().c_str(), status.ready() ? "ready" : "NOT READY",
+              status.config_path().c_str(),
+              static_cast<long long>(status.config_generation()),
+              static_cast<long long>(status.uptime().seconds()));
+  std::printf("%-16s %-24s %-11s %8s %8s  %s\n", "LEARNER", "ADDRESS", "STATE",
+              "CALLS", "FAILURES", "LAST ERROR");
+  for (const auto& learner : status.learners()) {
+    std::printf("%-16s %-24s %-11s %8lld %8lld  %s\n", learner.id().c_str(),
+                learner.address().c_str(), LearnerStateName(learner.state()),
+                static_cast<long long>(learner.calls()),
+                static_cast<long long>(learner.failures()),
+                learner.last_error().c_str());
+  }
+  if (status.workers_size() > 0) {
+    std::printf("\n%-16s %5s %8s %-10s %8s  %s\n", "WORKER", "INDEX", "PID",
+                "STATE", "RESTARTS", "LAST ERROR");
+    for (const auto& worker : status.workers()) {
+      std::printf("%-16s %5d %8d %-10s %8d  %s\n", worker.name().c_str(),
+                  worker.index(), worker.pid(),
+                  pb::WorkerState_Name(worker.state()).c_str(),
+                  worker.restarts(), worker.last_error().c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  CLI::App app{
+      "aggregatorctl: call an aggregator (or a learner) as a coordinator"};
+  app.require_subcommand(1);
+  app.add_option("-t,--target", options.target, "address of the aggregator")
+      ->envname("AGGREGATOR_TARGET");
+  app.add_option("--timeout", options.timeout_seconds,
+                 "deadline of each call, in seconds")
+      ->check(CLI::PositiveNumber);
+  auto* resource = app.add_subcommand("resource", "GetResource");
+  auto* start = app.add_subcommand("start", "StartTask");
+  start
+      ->add_option("--task-info", options.task_info_file,
+                   "JSON object sent as task_info")
+      ->check(CLI::ExistingFile);
+  auto* demand = app.add_subcommand("demand", "GetData");
+  auto* learn = app.add_subcommand("learn", "Learn on a synthetic batch");
+  learn->add_option("--samples", options.samples, "number of samples")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  learn->add_option("--bytes", options.bytes, "bytes of data per sample")
+      ->check(CLI::NonNegativeNumber);
+  learn->add_option("--plan-id", options.plan_id,
+                    "the plan_id from `demand` (default: the latest)");
+  auto* close = app.add_subcommand("close", "CloseTask");
+  auto* run = app.add_subcommand("run", "GetData then Learn, --steps times");
+  run->add_option("--steps", options.steps, "training steps")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--bytes", options.bytes, "bytes of data per sample")
+      ->check(CLI::NonNegativeNumber);
+  auto* status = app.add_subcommand("status", "learners and workers");
+  CLI11_PARSE(app, argc, argv);
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  auto channel = grpc::CreateCustomChannel(
+      options.target, grpc::InsecureChannelCredentials(), args);
+  auto stub = pb::Learner::NewStub(channel);
+
+  if (resource->parsed()) {
+    pb::Resource reply;
+    grpc::Status s = stub->GetResource(Context(options).get(), {}, &reply);
+    if (!s.ok()) return Fail("GetResource", s);
+    std::printf("%s\n", Json(reply).c_str());
+  } else if (start->parsed()) {
+    pb::StartTaskRequest request;
+    if (!options.task_info_file.empty()) {
+      std::ifstream file(options.task_info_file);
+      std::stringstream text;
+      text << file.rdbuf();
+      auto parsed = google::protobuf::util::JsonStringToMessage(
+          text.str(), request.mutable_task_info());
+      if (!parsed.ok()) {
+        std::fprintf(stderr, "aggregatorctl: %s: not a JSON object: %s\n",
+                     options.task_info_file.c_str(),
+                     std::string(parsed.message()).c_str());
+        return 2;
+      }
+    }
+    pb::StartTaskReply reply;
+    grpc::Status s = stub->StartTask(Context(options).get(), request, &reply);
+    if (!s.ok()) return Fail("StartTask", s);
+    std::printf("%s\n", Json(reply).c_str());
+  } else if (demand->parsed()) {
+    pb::DataDemand reply;
+    grpc::Status s = stub->GetData(Context(options).get(), {}, &reply);
+    if (!s.ok()) return Fail("GetData", s);
+    std::printf("%s\n", Json(reply).c_str());
+  } else if (learn->parsed()) {
+    pb::LearnRequest request =
+        MakeBatch(options.samples, options.bytes, "ctl-");
+    request.set_plan_id(options.plan_id);
+    pb::LearnReply reply;
+    grpc::Status s = stub->Learn(Context(options).get(), request, &reply);
+    if (!s.ok()) return Fail("Learn", s);
+    std::printf("%s\n", Json(reply).c_str());
+  } else if (close->parsed()) {
+    pb::CloseTaskReply reply;
+    grpc::Status s = stub->CloseTask(Context(options).get(), {}, &reply);
+    if (!s.ok()) return Fail("CloseTask", s);
+    std::printf("%s\n", Json(reply).c_str());
+  } else if (run->parsed()) {
+    return Run(*stub, options);
+  } else if (status->parsed()) {
+    return Status(channel, options);
+  }
+  return 0;
+}

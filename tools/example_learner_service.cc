@@ -1,0 +1,187 @@
+#include "tools/example_learner_service.h"
+
+#include <climits>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace aggregator {
+namespace {
+
+namespace pb = aggregator::v1;
+
+std::string StringField(const google::protobuf::Struct& s, const char* key) {
+  auto it = s.fields().find(key);
+  if (it == s.fields().end()) return "";
+  if (it->second.has_string_value()) return it->second.string_value();
+  if (it->second.has_number_value()) {
+    return absl::StrCat(it->second.number_value());
+  }
+  return "";
+}
+
+}  // namespace
+
+double SamplePriority(const std::string& data) {
+  // FNV-1a over the length and the first 64 bytes.
+  uint64_t hash = 1469598103934665603ULL ^ data.size();
+  const size_t n = data.size() < 64 ? data.size() : 64;
+  for (size_t i = 0; i < n; ++i) {
+    hash = (hash ^ static_cast<unsigned char>(data[i])) * 1099511628211ULL;
+  }
+  return static_cast<double>(hash % 1000000) / 1e6;
+}
+
+ExampleLearner::ExampleLearner(ExampleLearnerOptions options)
+    : options_(std::move(options)) {}
+
+grpc::Status ExampleLearner::Enter(const char* method) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (options_.crash_after >= 0 && calls_ >= options_.crash_after) {
+    std::_Exit(70);  // as a crash: no reply, no cleanup
+  }
+  ++calls_;
+  if (options_.delay.count() > 0) {
+    stopped_cv_.wait_for(lock, options_.delay, [this] { return stopped_; });
+  }
+  if (options_.fail_on == method) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("injected failure in ", method));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ExampleLearner::GetResource(grpc::ServerContext*,
+                                         const pb::GetResourceRequest*,
+                                         pb::Resource* reply) {
+  if (grpc::Status s = Enter("GetResource"); !s.ok()) return s;
+  reply->set_gpus(options_.gpus);
+  reply->set_learners(1);
+  return grpc::Status::OK;
+}
+
+grpc::Status ExampleLearner::StartTask(grpc::ServerContext*,
+                                       const pb::StartTaskRequest* request,
+                                       pb::StartTaskReply* reply) {
+  if (grpc::Status s = Enter("StartTask"); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  task_open_ = true;
+  task_id_ = StringField(request->task_info(), "task_id");
+  buffer_id_ = StringField(request->task_info(), "buffer_id");
+  reply->set_message(absl::StrCat("task '", task_id_, "' started"));
+  return grpc::Status::OK;
+}
+
+grpc::Status ExampleLearner::GetData(grpc::ServerContext*,
+                                     const pb::GetDataRequest*,
+                                     pb::DataDemand* reply) {
+  if (grpc::Status s = Enter("GetData"); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  reply->set_batch_size(options_.batch_size);
+  reply->set_cur_learner_iter(learner_step_);
+  reply->set_task_id(task_id_);
+  reply->set_buffer_id(buffer_id_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ExampleLearner::Learn(grpc::ServerContext*,
+                                   const pb::LearnRequest* request,
+                                   pb::LearnReply* reply) {
+  if (grpc::Status s = Enter("Learn"); !s.ok()) return s;
+  auto& fields = *reply->mutable_info()->mutable_fields();
+  auto& priority_info =
+      *fields["priority_info"].mutable_struct_value()->mutable_fields();
+  auto* priorities = priority_info["priority"].mutable_list_value();
+  auto* ids = priority_info["replay_unique_id"].mutable_list_value();
+  std::vector<std::string> received;
+  received.reserve(request->samples_size());
+  for (const pb::Sample& sample : request->samples()) {
+    priorities->add_values()->set_number_value(SamplePriority(sample.data()));
+    auto id = sample.meta().fields().find("replay_unique_id");
+    if (id == sample.meta().fields().end()) {
+      ids->add_values()->set_null_value(google::protobuf::NULL_VALUE);
+      received.emplace_back();
+    } else {
+      *ids->add_values() = id->second;
+      received.push_back(StringField(sample.meta(), "replay_unique_id"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++learner_step_;
+  received_.push_back(std::move(received));
+  fields["learner_step"].set_number_value(static_cast<double>(learner_step_));
+  fields["learner_done"].set_bool_value(false);
+  fields["task_id"].set_string_value(task_id_);
+  fields["buffer_id"].set_string_value(buffer_id_);
+  fields["received"].set_number_value(request->samples_size());
+  reply->set_task_id(task_id_);
+  reply->set_buffer_id(buffer_id_);
+  return grpc::Status::OK;
+}
+
+grpc::Status ExampleLearner::CloseTask(grpc::ServerContext*,
+                                       const pb::CloseTaskRequest*,
+                                       pb::CloseTaskReply* reply) {
+  if (grpc::Status s = Enter("CloseTask"); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  task_open_ = false;
+  reply->set_message(absl::StrCat("task '", task_id_, "' closed"));
+  return grpc::Status::OK;
+}
+
+void ExampleLearner::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopped_ = true;
+  stopped_cv_.notify_all();
+}
+
+std::vector<std::vector<std::string>> ExampleLearner::received() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return received_;
+}
+
+int64_t ExampleLearner::learner_step() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return learner_step_;
+}
+
+bool ExampleLearner::task_open() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return task_open_;
+}
+
+ExampleLearnerServer::~ExampleLearnerServer() { Shutdown(); }
+
+void ExampleLearnerServer::Shutdown() {
+  if (server == nullptr) return;
+  learner->Stop();
+  server->Shutdown(std::chrono::system_clock::now());
+  server->Wait();
+  server.reset();
+}
+
+absl::StatusOr<std::unique_ptr<ExampleLearnerServer>> StartExampleLearner(
+    const ExampleLearnerOptions& options, const std::string& address,
+    int64_t max_message_bytes) {
+  auto running = std::make_unique<ExampleLearnerServer>();
+  running->learner = std::make_unique<ExampleLearner>(options);
+  grpc::ServerBuilder builder;
+  const int limit = static_cast<int>(
+      max_message_bytes > INT_MAX ? INT_MAX : max_message_bytes);
+  builder.SetMaxReceiveMessageSize(limit);
+  builder.SetMaxSendMessageSize(limit);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &running->port);
+  builder.RegisterService(running->learner.get());
+  running->server = builder.BuildAndStart();
+  if (running->server == nullptr || running->port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("example learner cannot listen on '", address, "'"));
+  }
+  const size_t colon = address.rfind(':');
+  running->address = absl::StrCat(address.substr(0, colon), ":", running->port);
+  return running;
+}
+
+}  // namespace aggregator

@@ -1,0 +1,110 @@
+// ExampleLearner: a real Learner service for demos, tests and benchmarks, with
+// fault injection. Its Learn info is
+//   {learner_step, learner_done: false, task_id, buffer_id, received: n,
+//    priority_info: {priority: [one number per sample], replay_unique_id:
+//    [...]}}
+// where priority is a deterministic function of the sample's data (its length
+// and first 64 bytes, so large payloads cost nothing to score) and
+// replay_unique_id lists each sample's meta.replay_unique_id in order (null
+// where missing).
+//
+// Thread-safety: RPCs may run concurrently; state is guarded by mu_.
+#ifndef TOOLS_EXAMPLE_LEARNER_SERVICE_H_
+#define TOOLS_EXAMPLE_LEARNER_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "proto/learner.grpc.pb.h"
+
+namespace aggregator {
+
+struct ExampleLearnerOptions {
+  int64_t batch_size = 32;  // demanded by every GetData
+  int gpus = 1;
+  // Every RPC waits this long before answering (cut short by Stop()).
+  std::chrono::milliseconds delay{0};
+  // An RPC name (GetResource, StartTask, GetData, Learn, CloseTask) that always
+  // fails with INTERNAL, or empty.
+  std::string fail_on;
+  // After answering this many RPCs the process exits at once (status 70) when
+  // the next one arrives, as a crashed learner would; negative: never.
+  int64_t crash_after = -1;
+};
+
+// The score the example learner gives a sample's data.
+double SamplePriority(const std::string& data);
+
+class ExampleLearner final : public aggregator::v1::Learner::Service {
+ public:
+  explicit ExampleLearner(ExampleLearnerOptions options);
+
+  grpc::Status GetResource(grpc::ServerContext* context,
+                           const aggregator::v1::GetResourceRequest* request,
+                           aggregator::v1::Resource* reply) override;
+  grpc::Status StartTask(grpc::ServerContext* context,
+                         const aggregator::v1::StartTaskRequest* request,
+                         aggregator::v1::StartTaskReply* reply) override;
+  grpc::Status GetData(grpc::ServerContext* context,
+                       const aggregator::v1::GetDataRequest* request,
+                       aggregator::v1::DataDemand* reply) override;
+  grpc::Status Learn(grpc::ServerContext* context,
+                     const aggregator::v1::LearnRequest* request,
+                     aggregator::v1::LearnReply* reply) override;
+  grpc::Status CloseTask(grpc::ServerContext* context,
+                         const aggregator::v1::CloseTaskRequest* request,
+                         aggregator::v1::CloseTaskReply* reply) override;
+
+  // Releases delayed calls at once (before the server shuts down).
+  void Stop();
+
+  // For tests: the replay_unique_id strings of each Learn call received, in
+  // order.
+  std::vector<std::vector<std::string>> received() const;
+  int64_t learner_step() const;
+  bool task_open() const;
+
+ private:
+  // Applies delay, fault injection and crash-after; non-OK fails the RPC.
+  grpc::Status Enter(const char* method);
+
+  const ExampleLearnerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable stopped_cv_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t learner_step_ ABSL_GUARDED_BY(mu_) = 0;
+  bool task_open_ ABSL_GUARDED_BY(mu_) = false;
+  std::string task_id_ ABSL_GUARDED_BY(mu_);
+  std::string buffer_id_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<std::string>> received_ ABSL_GUARDED_BY(mu_);
+};
+
+// An example learner serving on `address` ("127.0.0.1:0" picks a port).
+struct ExampleLearnerServer {
+  std::unique_ptr<ExampleLearner> learner;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  std::string address;  // "127.0.0.1:<port>"
+
+  ~ExampleLearnerServer();
+  // Stops serving; in-flight calls are cancelled.
+  void Shutdown();
+};
+
+absl::StatusOr<std::unique_ptr<ExampleLearnerServer>> StartExampleLearner(
+    const ExampleLearnerOptions& options, const std::string& address,
+    int64_t max_message_bytes = int64_t{1} << 30);
+
+}  // namespace aggregator
+
+#endif  // TOOLS_EXAMPLE_LEARNER_SERVICE_H_
