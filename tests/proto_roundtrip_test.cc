@@ -31,8 +31,9 @@ TEST_CASE("LearnRequest keeps sample bytes, meta and order") {
   REQUIRE(out.samples_size() == 3);
   for (int i = 0; i < 3; ++i) {
     CHECK(out.samples(i).data() == request.samples(i).data());
-    CHECK(out.samples(i).meta().fields().at("replay_unique_id").string_value() ==
-          "id" + std::to_string(i));
+    CHECK(
+        out.samples(i).meta().fields().at("replay_unique_id").string_value() ==
+        "id" + std::to_string(i));
   }
 }
 

@@ -1,5 +1,5 @@
-// An in-process server on 127.0.0.1:0 with the Learner service: gRPC reflection lists
-// the services and grpc.health.v1 answers, as the daemon's server will.
+// An in-process server on 127.0.0.1:0 with the Learner service: gRPC reflection
+// lists the services and grpc.health.v1 answers, as the daemon's server will.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -92,7 +92,7 @@ TEST_CASE("An unimplemented Learner RPC fails promptly with UNIMPLEMENTED") {
   grpc::ClientContext context;
   context.set_deadline(InFiveSeconds());
   aggregator::v1::Resource resource;
-  const grpc::Status status =
-      stub->GetResource(&context, aggregator::v1::GetResourceRequest(), &resource);
+  const grpc::Status status = stub->GetResource(
+      &context, aggregator::v1::GetResourceRequest(), &resource);
   CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
 }

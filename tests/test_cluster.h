@@ -1,0 +1,143 @@
+// Helpers for tests that run real aggregators and example learners on loopback.
+#ifndef TESTS_TEST_CLUSTER_H_
+#define TESTS_TEST_CLUSTER_H_
+
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/aggregator_server.h"
+#include "lib/config.h"
+#include "proto/learner.grpc.pb.h"
+#include "tools/example_learner_service.h"
+
+namespace aggregator::testing {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// A configuration that reconnects fast, so tests finish in well under a second.
+inline AggregatorConfig FastConfig(std::vector<LearnerEndpoint> learners,
+                                   int min_learners) {
+  AggregatorConfig config;
+  config.source = "test";
+  config.listen = "127.0.0.1:0";
+  config.learners = std::move(learners);
+  config.min_learners = min_learners;
+  config.connect.timeout = milliseconds(500);
+  config.connect.attempt_timeout = milliseconds(1000);
+  config.connect.backoff =
+      BackoffOptions{milliseconds(50), 1.6, 0.0, milliseconds(200)};
+  config.call_timeout = milliseconds(2000);
+  return config;
+}
+
+inline std::unique_ptr<ExampleLearnerServer> StartLearner(
+    ExampleLearnerOptions options = {},
+    const std::string& address = "127.0.0.1:0") {
+  auto learner = StartExampleLearner(options, address);
+  REQUIRE(learner.ok());
+  return std::move(*learner);
+}
+
+inline std::unique_ptr<AggregatorServer> StartAggregator(
+    const AggregatorConfig& config) {
+  auto server = AggregatorServer::Start(config);
+  REQUIRE(server.ok());
+  return std::move(*server);
+}
+
+// Starts and waits until min_learners are ready.
+inline std::unique_ptr<AggregatorServer> StartReadyAggregator(
+    const AggregatorConfig& config) {
+  auto server = StartAggregator(config);
+  REQUIRE(server->WaitUntilReady(Clock::now() + std::chrono::seconds(10)));
+  return server;
+}
+
+inline std::unique_ptr<aggregator::v1::Learner::Stub> LearnerStub(
+    const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return aggregator::v1::Learner::NewStub(grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args));
+}
+
+// A context whose deadline is `timeout` from now.
+inline std::unique_ptr<grpc::ClientContext> Deadline(
+    milliseconds timeout = milliseconds(5000)) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + timeout);
+  return context;
+}
+
+// `count` samples with meta.replay_unique_id "<prefix><i>" and `bytes` of data.
+inline aggregator::v1::LearnRequest Batch(int count, const std::string& prefix,
+                                          size_t bytes = 64) {
+  aggregator::v1::LearnRequest request;
+  for (int i = 0; i < count; ++i) {
+    auto* sample = request.add_samples();
+    sample->set_data(std::string(bytes, static_cast<char>('a' + i % 26)) +
+                     std::to_string(i));
+    (*sample->mutable_meta()->mutable_fields())["replay_unique_id"]
+        .set_string_value(prefix + std::to_string(i));
+  }
+  return request;
+}
+
+inline std::vector<std::string> Ids(const std::string& prefix, int begin,
+                                    int end) {
+  std::vector<std::string> ids;
+  for (int i = begin; i < end; ++i) ids.push_back(prefix + std::to_string(i));
+  return ids;
+}
+
+// A loopback port nobody listens on (bound, then released).
+inline int ClosedPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Polls `condition` until it holds or `timeout` passes; true if it held.
+template <typename Condition>
+bool Eventually(Condition condition,
+                milliseconds timeout = milliseconds(5000)) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return condition();
+}
+
+inline aggregator::v1::LearnerState StateOf(AggregatorServer& server,
+                                            const std::string& id) {
+  for (const auto& status : server.pool().Status()) {
+    if (status.id() == id) return status.state();
+  }
+  return aggregator::v1::LEARNER_STATE_UNSPECIFIED;
+}
+
+inline double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace aggregator::testing
+
+#endif  // TESTS_TEST_CLUSTER_H_
