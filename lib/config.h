@@ -1,9 +1,12 @@
-// aggregator.yaml: the daemon's configuration, parsed and validated in one pass.
+// aggregator.yaml: the daemon's configuration, parsed and validated in one
+// pass.
 //
 // Every default lives here and is documented in the commented default
-// config/aggregator.yaml, which is also embedded in the binary (DefaultConfigYaml()).
-// Parsing never throws: every problem found is reported, one per line, as
-// "<source>:<line>:<column>: <field>: <what is wrong>" (line and column 1-based).
+// config/aggregator.yaml, which is also embedded in the binary
+// (DefaultConfigYaml()). Parsing never throws: every problem found is reported,
+// one per line, as
+// "<source>:<line>:<column>: <field>: <what is wrong>" (line and column
+// 1-based).
 #ifndef LIB_CONFIG_H_
 #define LIB_CONFIG_H_
 
@@ -26,8 +29,8 @@ struct BackoffOptions {
 };
 
 struct ConnectOptions {
-  // A learner not ready this long after it was added is marked failed (and is still
-  // retried in the background).
+  // A learner not ready this long after it was added is marked failed (and is
+  // still retried in the background).
   std::chrono::milliseconds timeout{30000};  // connect.timeout
   // The longest one connection attempt may take (gRPC's MIN_CONNECT_TIMEOUT).
   std::chrono::milliseconds attempt_timeout{20000};  // connect.attempt_timeout
@@ -54,22 +57,25 @@ struct AggregatorConfig {
   // Learn to proceed). 0 <= min_learners <= number of learners.
   int min_learners = 1;
   ConnectOptions connect;
-  // Deadline of every call to a learner (tightened by the caller's own deadline).
+  // Deadline of every call to a learner (tightened by the caller's own
+  // deadline).
   std::chrono::milliseconds call_timeout{60000};
-  // Largest message sent or received, on both sides. An integer or "512MiB" etc.
-  // (B, KiB, MiB, GiB); 1 KiB .. 2 GiB - 1.
+  // Largest message sent or received, on both sides. An integer or "512MiB"
+  // etc. (B, KiB, MiB, GiB); 1 KiB .. 2 GiB - 1.
   int64_t max_message_bytes = int64_t{1} << 30;
-  // merge.homogeneous_keys: info keys that take one value (the first learner's).
+  // merge.homogeneous_keys: info keys that take one value (the first
+  // learner's).
   std::vector<std::string> homogeneous_keys = {"learner_step", "buffer_id",
                                                "task_id", "learner_done"};
   // log.level: trace, debug, info, warn, error, critical or off.
   std::string log_level = "info";
 };
 
-// Parses and validates YAML text. `source` names the text in error messages. Unknown
-// keys, wrong types, bad durations ("500ms", "30s", "2m", "1h"), bad addresses,
-// duplicate learner ids and out-of-range numbers are errors. On failure the status is
-// INVALID_ARGUMENT and its message lists every error found, one per line.
+// Parses and validates YAML text. `source` names the text in error messages.
+// Unknown keys, wrong types, bad durations ("500ms", "30s", "2m", "1h"), bad
+// addresses, duplicate learner ids and out-of-range numbers are errors. On
+// failure the status is INVALID_ARGUMENT and its message lists every error
+// found, one per line.
 absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
                                              std::string_view source);
 
