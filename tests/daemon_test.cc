@@ -1,0 +1,201 @@
+// aggregatord, example_learner and aggregatorctl as real processes:
+// configuration errors, a whole training loop from the command line, a learner
+// killed mid-step, and a clean stop on SIGTERM.
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+
+#include "tests/process_helpers.h"
+#include "tests/test_cluster.h"
+
+using namespace aggregator::testing;
+namespace pb = aggregator::v1;
+
+namespace {
+
+constexpr char kDaemon[] = "daemon/aggregatord";
+constexpr char kLearner[] = "tools/example_learner";
+constexpr char kCtl[] = "tools/aggregatorctl";
+
+struct LearnerProcess {
+  std::unique_ptr<aggregator::Subprocess> process;
+  std::string address;
+};
+
+LearnerProcess StartLearnerProcess(std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {kLearner, "--listen", "127.0.0.1:0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  LearnerProcess learner{Spawn(argv), ""};
+  learner.address = LastWord(WaitForLine(*learner.process, "listening on"));
+  return learner;
+}
+
+// Starts aggregatord on `config` and waits until min_learners are ready.
+std::unique_ptr<aggregator::Subprocess> StartDaemon(const std::string& config,
+                                                    std::string* address) {
+  auto daemon = Spawn({kDaemon, "--config", config, "--listen", "127.0.0.1:0"});
+  const std::string listening =
+      WaitForLine(*daemon, "aggregatord listening on", /*from_stderr=*/true);
+  // "... listening on 127.0.0.1:5 with 2 learner(s), ...": the word after "on".
+  const size_t at = listening.find(" on ") + 4;
+  *address = listening.substr(at, listening.find(' ', at) - at);
+  WaitForLine(*daemon, "serving:", /*from_stderr=*/true);
+  return daemon;
+}
+
+std::string TwoLearnerConfig(const std::string& dir, const LearnerProcess& a,
+                             const LearnerProcess& b) {
+  return WriteFile(dir + "/aggregator.yaml",
+                   "learners:\n"
+                   "  - {id: learner0, address: \"" +
+                       a.address +
+                       "\"}\n"
+                       "  - {id: learner1, address: \"" +
+                       b.address +
+                       "\"}\n"
+                       "min_learners: 2\n"
+                       "connect: {backoff: {initial: 50ms, max: 200ms}}\n"
+                       "call_timeout: 5s\n");
+}
+
+struct BadConfig {
+  const char* what;
+  const char* yaml;
+  const char* expected;  // after "<path>:"
+};
+
+}  // namespace
+
+TEST_CASE(
+    "A bad aggregator.yaml stops the daemon before it serves, naming the "
+    "spot") {
+  const std::string dir = TempDir();
+  const BadConfig cases[] = {
+      {"YAML syntax error", "listen: [1, 2\n", "2:1: YAML syntax error"},
+      {"unknown key", "listen: \"127.0.0.1:0\"\nbogus: 1\n",
+       "2:1: bogus: unknown key"},
+      {"wrong type", "min_learners: abc\n",
+       "1:15: min_learners: expected an integer"},
+      {"duplicate learner id",
+       "learners:\n  - {id: a, address: \"127.0.0.1:1\"}\n"
+       "  - {id: a, address: \"127.0.0.1:2\"}\n",
+       "3:10: learners[1].id: duplicate learner id \"a\""},
+      {"bad address", "learners:\n  - id: a\n    address: nohostport\n",
+       "3:14: learners[0].address: bad address"},
+      {"bad duration", "call_timeout: 10\n", "1:15: call_timeout:"},
+  };
+  for (const BadConfig& bad : cases) {
+    SECTION(bad.what) {
+      const std::string path = WriteFile(dir + "/bad.yaml", bad.yaml);
+      auto daemon = Spawn({kDaemon, "--config", path});
+      const std::string err = ReadAll(*daemon, /*from_stderr=*/true);
+      auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+      REQUIRE(exit.ok());
+      CHECK(exit->exit_code == 1);
+      CHECK_THAT(err, Catch::Contains(path + ":" + bad.expected));
+      CHECK_THAT(err, !Catch::Contains("listening"));
+    }
+  }
+  SECTION("missing file") {
+    auto daemon = Spawn({kDaemon, "--config", dir + "/absent.yaml"});
+    const std::string err = ReadAll(*daemon, true);
+    auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+    REQUIRE(exit.ok());
+    CHECK(exit->exit_code == 1);
+    CHECK_THAT(err, Catch::Contains(dir + "/absent.yaml: cannot read "
+                                          "configuration: No such file"));
+  }
+}
+
+TEST_CASE("--check passes the default configuration, embedded and on disk") {
+  for (std::vector<std::string> argv :
+       {std::vector<std::string>{kDaemon, "--check"},
+        std::vector<std::string>{kDaemon, "--check", "--config",
+                                 "config/aggregator.yaml"}}) {
+    auto daemon = Spawn(argv);
+    const std::string out = ReadAll(*daemon, false);
+    auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+    REQUIRE(exit.ok());
+    CHECK(exit->ok());
+    CHECK_THAT(out, Catch::Contains("' OK"));
+  }
+}
+
+TEST_CASE(
+    "A training loop from aggregatorctl through aggregatord, then SIGTERM") {
+  const std::string dir = TempDir();
+  LearnerProcess a = StartLearnerProcess();
+  LearnerProcess b = StartLearnerProcess({"--batch-size", "16"});
+  std::string address;
+  auto daemon = StartDaemon(TwoLearnerConfig(dir, a, b), &address);
+
+  auto run = Spawn(
+      {kCtl, "--target", address, "run", "--steps", "3", "--bytes", "1000"});
+  const std::string out = ReadAll(*run, false);
+  auto ran = run->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(ran.ok());
+  CHECK(ran->ok());
+  CHECK_THAT(out, Catch::Contains("steps 3  samples 144"));
+
+  auto status = Spawn({kCtl, "--target", address, "status"});
+  const std::string table = ReadAll(*status, false);
+  REQUIRE(status->Wait(std::chrono::steady_clock::now() + kLongWait).ok());
+  CHECK_THAT(table, Catch::Contains("learner0") &&
+                        Catch::Contains("learner1") &&
+                        Catch::Contains("ready"));
+
+  REQUIRE(daemon->Signal(SIGTERM).ok());
+  const auto stopping = std::chrono::steady_clock::now();
+  auto exit = daemon->Wait(stopping + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+  CHECK(Seconds(std::chrono::steady_clock::now() - stopping) < 2.0);
+}
+
+TEST_CASE(
+    "A learner killed between GetData and Learn fails that Learn promptly") {
+  const std::string dir = TempDir();
+  LearnerProcess a = StartLearnerProcess();
+  LearnerProcess b = StartLearnerProcess();
+  std::string address;
+  auto daemon = StartDaemon(TwoLearnerConfig(dir, a, b), &address);
+  auto stub = LearnerStub(address);
+
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  REQUIRE(b.process->Signal(SIGKILL).ok());
+  REQUIRE(b.process->Wait(std::chrono::steady_clock::now() + kLongWait).ok());
+
+  pb::LearnRequest batch = Batch(64, "k");
+  batch.set_plan_id(demand.plan_id());
+  pb::LearnReply reply;
+  const auto started = std::chrono::steady_clock::now();
+  const grpc::Status status = stub->Learn(Deadline().get(), batch, &reply);
+  CHECK(Seconds(std::chrono::steady_clock::now() - started) < 2.5);
+  CHECK_FALSE(status.ok());
+  CHECK((status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+         status.error_code() == grpc::StatusCode::UNAVAILABLE));
+  CHECK_THAT(status.error_message(), Catch::Contains("learner1 (" + b.address));
+}
+
+TEST_CASE("A learner that crashes mid-call is reported by name") {
+  const std::string dir = TempDir();
+  LearnerProcess a = StartLearnerProcess();
+  // Answers the pool's probe-free connect, GetData, then dies on Learn.
+  LearnerProcess b = StartLearnerProcess({"--crash-after", "1"});
+  std::string address;
+  auto daemon = StartDaemon(TwoLearnerConfig(dir, a, b), &address);
+  auto stub = LearnerStub(address);
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  pb::LearnReply reply;
+  const auto started = std::chrono::steady_clock::now();
+  const grpc::Status status =
+      stub->Learn(Deadline().get(), Batch(64, "c"), &reply);
+  CHECK(Seconds(std::chrono::steady_clock::now() - started) < 2.5);
+  CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK_THAT(status.error_message(), Catch::Contains("learner1 (" + b.address));
+  auto crashed = b.process->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(crashed.ok());
+  CHECK(crashed->exit_code == 70);
+}

@@ -1,0 +1,81 @@
+// Helpers for tests that run the project's binaries as real processes.
+#ifndef TESTS_PROCESS_HELPERS_H_
+#define TESTS_PROCESS_HELPERS_H_
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/subprocess.h"
+
+namespace aggregator::testing {
+
+// Generous bound for anything that should happen at once on a loaded machine.
+inline constexpr std::chrono::seconds kLongWait(15);
+
+// A fresh directory under $TEST_TMPDIR (or /tmp).
+inline std::string TempDir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string pattern = std::string(base ? base : "/tmp") + "/procXXXXXX";
+  REQUIRE(mkdtemp(pattern.data()) != nullptr);
+  return pattern;
+}
+
+inline std::string WriteFile(const std::string& path,
+                             const std::string& content) {
+  std::ofstream out(path);
+  out << content;
+  REQUIRE(out.good());
+  return path;
+}
+
+inline std::unique_ptr<Subprocess> Spawn(std::vector<std::string> argv) {
+  SubprocessOptions options;
+  options.argv = std::move(argv);
+  auto process = Subprocess::Start(options);
+  INFO(process.status().ToString());
+  REQUIRE(process.ok());
+  return std::move(*process);
+}
+
+// Reads lines (stdout, or stderr) until one contains `needle`; returns it.
+// Fails the test at EOF or after kLongWait, showing what was read.
+inline std::string WaitForLine(Subprocess& process, const std::string& needle,
+                               bool from_stderr = false) {
+  const auto deadline = std::chrono::steady_clock::now() + kLongWait;
+  std::string seen;
+  while (true) {
+    auto line = process.ReadLine(deadline, from_stderr);
+    INFO("waiting for '" << needle << "'; read so far:\n" << seen);
+    REQUIRE(line.ok());
+    if (line->find(needle) != std::string::npos) return *line;
+    seen += *line + "\n";
+  }
+}
+
+// Everything left on a stream until EOF (the process has exited or will).
+inline std::string ReadAll(Subprocess& process, bool from_stderr) {
+  const auto deadline = std::chrono::steady_clock::now() + kLongWait;
+  std::string all;
+  while (true) {
+    auto line = process.ReadLine(deadline, from_stderr);
+    if (!line.ok()) return all;
+    all += *line + "\n";
+  }
+}
+
+// The text after the last space of a line: "... listening on 127.0.0.1:5" ->
+// addr.
+inline std::string LastWord(const std::string& line) {
+  return line.substr(line.rfind(' ') + 1);
+}
+
+}  // namespace aggregator::testing
+
+#endif  // TESTS_PROCESS_HELPERS_H_
