@@ -28,6 +28,8 @@ struct LearnerCall {
   Reply reply;
   grpc::Status status;
   std::unique_ptr<grpc::ClientContext> context;
+  std::chrono::steady_clock::time_point started;
+  std::chrono::steady_clock::time_point finished;
 };
 
 template <typename Request, typename Reply>
@@ -81,8 +83,10 @@ void FanOut(grpc::CallbackServerContext* parent,
     auto& call = state->calls[i];
     const Request* request =
         &state->requests[state->requests.size() == 1 ? 0 : i];
+    call.started = std::chrono::steady_clock::now();
     start(call.learner.stub->async(), call.context.get(), request, &call.reply,
           [state, &call](grpc::Status status) {
+            call.finished = std::chrono::steady_clock::now();
             call.status = std::move(status);
             if (state->remaining.fetch_sub(1) == 1) state->done(state->calls);
           });

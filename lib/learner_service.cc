@@ -23,29 +23,6 @@ std::string CodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
-// Records every call's outcome, then OK when all succeeded; otherwise the first
-// failure's code and a message naming every learner that failed and why.
-template <typename Request, typename Reply>
-grpc::Status Summarize(const char* method, LearnerPool* pool,
-                       const LearnerCalls<Request, Reply>& calls) {
-  std::vector<std::string> failures;
-  grpc::StatusCode code = grpc::StatusCode::OK;
-  for (const auto& call : calls) {
-    pool->RecordCall(call.learner, call.status);
-    if (call.status.ok()) continue;
-    if (code == grpc::StatusCode::OK) code = call.status.error_code();
-    failures.push_back(absl::StrCat(call.learner.Name(), ": ",
-                                    CodeName(call.status.error_code()), ": ",
-                                    call.status.error_message()));
-  }
-  if (failures.empty()) return grpc::Status::OK;
-  const std::string message =
-      absl::StrCat(method, " failed on ", failures.size(), " of ", calls.size(),
-                   " learner(s): ", absl::StrJoin(failures, "; "));
-  spdlog::warn("{}", message);
-  return grpc::Status(code, message);
-}
-
 template <typename T>
 void WarnIfDifferent(const char* method, const char* field,
                      const LearnerHandle& first, const T& first_value,
@@ -58,8 +35,9 @@ void WarnIfDifferent(const char* method, const char* field,
 
 }  // namespace
 
-LearnerService::LearnerService(LearnerPool* pool, LearnerServiceOptions options)
-    : pool_(pool) {
+LearnerService::LearnerService(LearnerPool* pool, LearnerServiceOptions options,
+                               AggregatorMetrics* metrics)
+    : pool_(pool), metrics_(metrics) {
   SetOptions(std::move(options));
 }
 
@@ -91,22 +69,63 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
 }
 
 template <typename Request, typename Reply>
+grpc::Status LearnerService::Summarize(
+    const char* method, const LearnerCalls<Request, Reply>& calls) {
+  std::vector<std::string> failures;
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  for (const auto& call : calls) {
+    pool_->RecordCall(call.learner, call.status);
+    if (metrics_ != nullptr) {
+      metrics_->LearnerCall(
+          call.learner.id, method, call.status.error_code(),
+          std::chrono::duration<double>(call.finished - call.started).count());
+    }
+    if (call.status.ok()) continue;
+    if (code == grpc::StatusCode::OK) code = call.status.error_code();
+    failures.push_back(absl::StrCat(call.learner.Name(), ": ",
+                                    CodeName(call.status.error_code()), ": ",
+                                    call.status.error_message()));
+  }
+  if (failures.empty()) return grpc::Status::OK;
+  const std::string message =
+      absl::StrCat(method, " failed on ", failures.size(), " of ", calls.size(),
+                   " learner(s): ", absl::StrJoin(failures, "; "));
+  spdlog::warn("{}", message);
+  return grpc::Status(code, message);
+}
+
+void LearnerService::Finish(grpc::ServerUnaryReactor* reactor,
+                            const char* method,
+                            std::chrono::steady_clock::time_point started,
+                            const grpc::Status& status) {
+  if (metrics_ != nullptr) {
+    metrics_->Served(method, status.error_code(),
+                     std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - started)
+                         .count());
+  }
+  reactor->Finish(status);
+}
+
+template <typename Request, typename Reply>
 grpc::ServerUnaryReactor* LearnerService::Relay(
     const char* method, grpc::CallbackServerContext* context,
     const Request& request, StartCall<Request, Reply> start,
     std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
+  const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
   auto settings = this->settings();
   auto learners = ReadyLearners(method, *settings);
   if (!learners.ok()) {
-    reactor->Finish(ToGrpc(learners.status()));
+    Finish(reactor, method, started, ToGrpc(learners.status()));
     return reactor;
   }
   FanOut<Request, Reply>(
       context, settings->options.call_timeout, std::move(*learners), {request},
-      start, [this, method, reactor, merge = std::move(merge)](auto& calls) {
-        grpc::Status status = Summarize(method, pool_, calls);
-        reactor->Finish(status.ok() ? merge(calls) : status);
+      start,
+      [this, method, reactor, started, merge = std::move(merge)](auto& calls) {
+        grpc::Status status = Summarize(method, calls);
+        Finish(reactor, method, started, status.ok() ? merge(calls) : status);
       });
   return reactor;
 }
@@ -194,13 +213,15 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
 grpc::ServerUnaryReactor* LearnerService::Learn(
     grpc::CallbackServerContext* context, const pb::LearnRequest* request,
     pb::LearnReply* reply) {
+  const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
+  auto fail = [&](const grpc::Status& status) {
+    Finish(reactor, "Learn", started, status);
+    return reactor;
+  };
   auto settings = this->settings();
   auto plan = planner_.Find(request->plan_id());
-  if (!plan.ok()) {
-    reactor->Finish(ToGrpc(plan.status()));
-    return reactor;
-  }
+  if (!plan.ok()) return fail(ToGrpc(plan.status()));
   std::vector<LearnerHandle> learners;
   std::vector<std::string> gone;
   for (const PlanSlice& slice : (*plan)->slices) {
@@ -212,21 +233,27 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     }
   }
   if (!gone.empty()) {
-    reactor->Finish(grpc::Status(
+    return fail(grpc::Status(
         grpc::StatusCode::FAILED_PRECONDITION,
         absl::StrCat("Learn: the learners of plan '", (*plan)->id,
                      "' changed since GetData: ", absl::StrJoin(gone, "; "),
                      "; call GetData again")));
-    return reactor;
   }
   if (absl::Status count = CheckSampleCount(**plan, request->samples_size());
       !count.ok()) {
-    reactor->Finish(ToGrpc(count));
-    return reactor;
+    return fail(ToGrpc(count));
   }
   // gRPC owns the request message and nothing else reads it until Finish:
   // moving the samples out of it avoids copying their payloads.
   auto slices = SplitBatch(**plan, const_cast<pb::LearnRequest*>(request));
+  if (metrics_ != nullptr) {
+    for (size_t i = 0; i < slices.size(); ++i) {
+      double bytes = 0;
+      for (const auto& sample : slices[i].samples())
+        bytes += sample.data().size();
+      metrics_->Forwarded(learners[i].id, bytes);
+    }
+  }
   FanOut<pb::LearnRequest, pb::LearnReply>(
       context, settings->options.call_timeout, std::move(learners),
       std::move(slices),
@@ -234,41 +261,41 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
          pb::LearnReply* p, std::function<void(grpc::Status)> f) {
         async->Learn(c, r, p, std::move(f));
       },
-      [this, reactor, reply, settings](auto& calls) {
-        grpc::Status status = Summarize("Learn", pool_, calls);
-        if (!status.ok()) {
-          reactor->Finish(status);
-          return;
-        }
-        std::vector<google::protobuf::Struct*> infos;
-        std::vector<std::string> ids;
-        const auto& first = calls.front();
-        for (auto& call : calls) {
-          infos.push_back(call.reply.mutable_info());
-          ids.push_back(call.learner.id);
-          WarnIfDifferent("Learn", "task_id", first.learner,
-                          first.reply.task_id(), call.learner,
-                          call.reply.task_id());
-          WarnIfDifferent("Learn", "buffer_id", first.learner,
-                          first.reply.buffer_id(), call.learner,
-                          call.reply.buffer_id());
-        }
-        auto merged = settings->merger.Merge(infos, ids);
-        if (!merged.ok()) {
-          reactor->Finish(
-              grpc::Status(grpc::StatusCode::INTERNAL,
-                           absl::StrCat("Learn: ", merged.status().message())));
-          return;
-        }
-        for (const std::string& warning : merged->warnings) {
-          spdlog::warn("Learn: {}", warning);
-        }
-        reply->set_task_id(first.reply.task_id());
-        reply->set_buffer_id(first.reply.buffer_id());
-        *reply->mutable_info() = std::move(merged->info);
-        reactor->Finish(grpc::Status::OK);
+      [this, reactor, reply, settings, started](auto& calls) {
+        Finish(reactor, "Learn", started, MergeLearn(calls, *settings, reply));
       });
   return reactor;
+}
+
+grpc::Status LearnerService::MergeLearn(
+    LearnerCalls<pb::LearnRequest, pb::LearnReply>& calls,
+    const Settings& settings, pb::LearnReply* reply) {
+  grpc::Status status = Summarize("Learn", calls);
+  if (!status.ok()) return status;
+  std::vector<google::protobuf::Struct*> infos;
+  std::vector<std::string> ids;
+  const auto& first = calls.front();
+  for (auto& call : calls) {
+    infos.push_back(call.reply.mutable_info());
+    ids.push_back(call.learner.id);
+    WarnIfDifferent("Learn", "task_id", first.learner, first.reply.task_id(),
+                    call.learner, call.reply.task_id());
+    WarnIfDifferent("Learn", "buffer_id", first.learner,
+                    first.reply.buffer_id(), call.learner,
+                    call.reply.buffer_id());
+  }
+  auto merged = settings.merger.Merge(infos, ids);
+  if (!merged.ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("Learn: ", merged.status().message()));
+  }
+  for (const std::string& warning : merged->warnings) {
+    spdlog::warn("Learn: {}", warning);
+  }
+  reply->set_task_id(first.reply.task_id());
+  reply->set_buffer_id(first.reply.buffer_id());
+  *reply->mutable_info() = std::move(merged->info);
+  return grpc::Status::OK;
 }
 
 grpc::ServerUnaryReactor* LearnerService::CloseTask(

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "lib/aggregator_metrics.h"
 #include "lib/fan_out.h"
 #include "lib/info_merger.h"
 #include "lib/learner_pool.h"
@@ -43,8 +44,9 @@ struct LearnerServiceOptions {
 
 class LearnerService final : public aggregator::v1::Learner::CallbackService {
  public:
-  // `pool` must outlive the service.
-  LearnerService(LearnerPool* pool, LearnerServiceOptions options);
+  // `pool` and `metrics` (optional) must outlive the service.
+  LearnerService(LearnerPool* pool, LearnerServiceOptions options,
+                 AggregatorMetrics* metrics = nullptr);
 
   void SetOptions(LearnerServiceOptions options);
 
@@ -87,7 +89,23 @@ class LearnerService final : public aggregator::v1::Learner::CallbackService {
       const Request& request, StartCall<Request, Reply> start,
       std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge);
 
+  // Records each learner call (pool counters, metrics); then OK when all
+  // succeeded, else the first failure's code and every failing learner named.
+  template <typename Request, typename Reply>
+  grpc::Status Summarize(const char* method,
+                         const LearnerCalls<Request, Reply>& calls);
+  // Merges the learners' Learn replies into `reply`.
+  grpc::Status MergeLearn(LearnerCalls<aggregator::v1::LearnRequest,
+                                       aggregator::v1::LearnReply>& calls,
+                          const Settings& settings,
+                          aggregator::v1::LearnReply* reply);
+  // Finishes an incoming call and records it.
+  void Finish(grpc::ServerUnaryReactor* reactor, const char* method,
+              std::chrono::steady_clock::time_point started,
+              const grpc::Status& status);
+
   LearnerPool* const pool_;
+  AggregatorMetrics* const metrics_;
   SplitPlanner planner_;
   mutable std::mutex mu_;
   std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
