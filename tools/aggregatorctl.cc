@@ -7,6 +7,7 @@
 //     learn --samples N --bytes B [--plan-id ID]
 //     run --steps K [--bytes B]      GetData -> Learn K times, with a summary
 //     status                         learners and workers (AggregatorAdmin)
+//     health [--service NAME]        exit 0 when SERVING, 1 otherwise (probes)
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 
@@ -37,6 +39,7 @@ struct Options {
   int64_t bytes = 64;
   std::string plan_id;
   int64_t steps = 10;
+  std::string health_service;
 };
 
 std::unique_ptr<grpc::ClientContext> Context(const Options& options) {
@@ -170,6 +173,22 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
   return 0;
 }
 
+int Health(const std::shared_ptr<grpc::Channel>& channel,
+           const Options& options) {
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(options.health_service);
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status rpc = health->Check(Context(options).get(), request, &response);
+  if (!rpc.ok()) return Fail("health check", rpc);
+  std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                          response.status())
+                          .c_str());
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING
+             ? 0
+             : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,6 +223,11 @@ int main(int argc, char** argv) {
   run->add_option("--bytes", options.bytes, "bytes of data per sample")
       ->check(CLI::NonNegativeNumber);
   auto* status = app.add_subcommand("status", "learners and workers");
+  auto* health = app.add_subcommand(
+      "health", "exit 0 when the aggregator is SERVING, 1 otherwise");
+  health->add_option("--service", options.health_service,
+                     "a service name, e.g. aggregator.v1.Learner (default: "
+                     "the whole server)");
   CLI11_PARSE(app, argc, argv);
 
   grpc::ChannelArguments args;
@@ -259,6 +283,8 @@ int main(int argc, char** argv) {
     return Run(*stub, options);
   } else if (status->parsed()) {
     return Status(channel, options);
+  } else if (health->parsed()) {
+    return Health(channel, options);
   }
   return 0;
 }
