@@ -76,6 +76,7 @@ AggregatorServer::~AggregatorServer() {
 
 std::string AggregatorServer::address() const {
   const std::string& listen = config_.listen;
+  if (listen.rfind("unix:", 0) == 0) return listen;
   const size_t colon = listen.rfind(':');
   std::string host =
       colon == std::string::npos ? listen : listen.substr(0, colon);

@@ -95,7 +95,8 @@ LearnerPool::LearnerPool(LearnerPoolOptions options)
     : options_([&] {
         if (!options.random) options.random = MakeUniformRandom();
         return std::move(options);
-      }()) {
+      }()),
+      connect_(options_.connect) {
   connector_ = std::thread([this] { Run(); });
 }
 
@@ -129,8 +130,8 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
         next.push_back(std::move(*same));
         continue;
       }
-      auto learner = std::make_unique<Learner>(
-          endpoint, options_.connect.backoff, options_.random);
+      auto learner = std::make_unique<Learner>(endpoint, connect_.backoff,
+                                               options_.random);
       spdlog::info("learner {}: connecting", learner->Name());
       Schedule(learner.get(), Clock::now());
       next.push_back(std::move(learner));
@@ -138,10 +139,9 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
     for (auto& learner : learners_) {
       if (learner == nullptr) continue;
       spdlog::info(
-          "learner {}: removed from the pool ({} calls in flight keep "
-          "their connection until they finish)",
-          learner->Name(),
-          learner->stub.use_count() > 1 ? learner->stub.use_count() - 1 : 0);
+          "learner {}: removed from the pool; calls in flight finish on "
+          "their connection",
+          learner->Name());
       dropped.push_back(std::move(learner));
     }
     learners_ = std::move(next);
@@ -157,6 +157,14 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
   }
 }
 
+void LearnerPool::SetConnectOptions(const ConnectOptions& connect) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connect_ = connect;
+  for (const auto& learner : learners_) {
+    learner->backoff = Backoff(connect_.backoff, options_.random);
+  }
+}
+
 void LearnerPool::Run() {
   while (true) {
     Clock::time_point wake = Clock::now() + kIdleWake;
@@ -164,8 +172,7 @@ void LearnerPool::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& learner : learners_) {
         if (learner->state == aggregator::v1::LEARNER_STATE_CONNECTING) {
-          wake = std::min(wake,
-                          learner->connecting_since + options_.connect.timeout);
+          wake = std::min(wake, learner->connecting_since + connect_.timeout);
         }
       }
     }
@@ -217,10 +224,10 @@ void LearnerPool::StartAttempt(Learner* learner) {
         // A fresh subchannel per attempt: our backoff decides when to retry.
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
         args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-                    static_cast<int>(options_.connect.attempt_timeout.count()));
+                    static_cast<int>(connect_.attempt_timeout.count()));
         return args;
       }());
-  learner->attempt_deadline = Clock::now() + options_.connect.attempt_timeout;
+  learner->attempt_deadline = Clock::now() + connect_.attempt_timeout;
   Watch(learner, learner->channel->GetState(/*try_to_connect=*/true),
         learner->attempt_deadline);
 }
@@ -260,9 +267,9 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
     return;
   }
   if (!ok || now >= learner->attempt_deadline) {
-    AttemptFailed(
-        learner, absl::StrCat("no connection within connect.attempt_timeout (",
-                              options_.connect.attempt_timeout.count(), "ms)"));
+    AttemptFailed(learner,
+                  absl::StrCat("no connection within connect.attempt_timeout (",
+                               connect_.attempt_timeout.count(), "ms)"));
     return;
   }
   if (state == GRPC_CHANNEL_IDLE) state = learner->channel->GetState(true);
@@ -281,12 +288,12 @@ void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {
 void LearnerPool::MarkTimedOut(Clock::time_point now) {
   for (const auto& learner : learners_) {
     if (learner->state == aggregator::v1::LEARNER_STATE_CONNECTING &&
-        now >= learner->connecting_since + options_.connect.timeout) {
+        now >= learner->connecting_since + connect_.timeout) {
       learner->state = aggregator::v1::LEARNER_STATE_FAILED;
       spdlog::error(
           "learner {}: not ready within connect.timeout ({}ms): {}; still "
           "retrying in the background",
-          learner->Name(), options_.connect.timeout.count(),
+          learner->Name(), connect_.timeout.count(),
           learner->last_error.empty() ? "no answer" : learner->last_error);
     }
   }

@@ -81,6 +81,9 @@ class LearnerPool {
   // normally), an id whose address changed reconnects.
   void SetLearners(const std::vector<LearnerEndpoint>& learners);
 
+  // Applies to connection attempts from now on (a reload).
+  void SetConnectOptions(const ConnectOptions& connect);
+
   // The ready learners, in configured order.
   std::vector<LearnerHandle> Ready() const;
   size_t ReadyCount() const;
@@ -125,11 +128,12 @@ class LearnerPool {
   Learner* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t ReadyCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const LearnerPoolOptions options_;
+  const LearnerPoolOptions options_;  // options_.connect: see connect_
   grpc::CompletionQueue queue_;
 
   mutable std::mutex mu_;
   mutable std::condition_variable ready_changed_;
+  ConnectOptions connect_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Learner>> learners_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   size_t last_reported_ready_ ABSL_GUARDED_BY(mu_) = 0;

@@ -14,6 +14,9 @@ namespace {
 
 namespace pb = aggregator::v1;
 
+// A batch has at most this many samples (a repeated field's limit).
+constexpr int64_t kMaxBatch = 1 << 30;
+
 grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
                       std::string(status.message()));
@@ -183,12 +186,13 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
         const auto& first = calls.front();
         for (const auto& call : calls) {
           const pb::DataDemand& demand = call.reply;
-          if (demand.batch_size() < 0) {
+          // Bounded so that sums cannot overflow and a plan fits one message.
+          if (demand.batch_size() < 0 || demand.batch_size() > kMaxBatch) {
             return grpc::Status(
                 grpc::StatusCode::INTERNAL,
                 absl::StrCat("GetData: ", call.learner.Name(),
-                             " demanded a negative batch_size (",
-                             demand.batch_size(), ")"));
+                             " demanded batch_size ", demand.batch_size(),
+                             "; it must be between 0 and ", kMaxBatch));
           }
           WarnIfDifferent("GetData", "cur_learner_iter", first.learner,
                           first.reply.cur_learner_iter(), call.learner,
