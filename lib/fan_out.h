@@ -35,14 +35,11 @@ struct LearnerCall {
 template <typename Request, typename Reply>
 using LearnerCalls = std::vector<LearnerCall<Request, Reply>>;
 
-// The learner stub's callback interface (`class` because Stub::async is also
-// the name of the method returning it).
-using LearnerAsync = class aggregator::v1::Learner::Stub::async;
-
-// Starts one call on a learner's callback interface.
+// Starts one call to a learner with gRPC's callback API.
 template <typename Request, typename Reply>
-using StartCall = void (*)(LearnerAsync* async, grpc::ClientContext* context,
-                           const Request* request, Reply* reply,
+using StartCall = void (*)(const LearnerHandle& learner,
+                           grpc::ClientContext* context, const Request* request,
+                           Reply* reply,
                            std::function<void(grpc::Status)> done);
 
 // Calls every learner. `requests` holds one request for all learners or one per
@@ -84,7 +81,7 @@ void FanOut(grpc::CallbackServerContext* parent,
     const Request* request =
         &state->requests[state->requests.size() == 1 ? 0 : i];
     call.started = std::chrono::steady_clock::now();
-    start(call.learner.stub->async(), call.context.get(), request, &call.reply,
+    start(call.learner, call.context.get(), request, &call.reply,
           [state, &call](grpc::Status status) {
             call.finished = std::chrono::steady_clock::now();
             call.status = std::move(status);

@@ -76,6 +76,7 @@ struct LearnerPool::Learner {
   int attempts = 0;
   std::shared_ptr<grpc::Channel> channel;
   std::shared_ptr<aggregator::v1::Learner::Stub> stub;  // set while ready
+  std::shared_ptr<grpc::GenericStub> generic;           // set while ready
   std::shared_ptr<LearnerCounters> counters =
       std::make_shared<LearnerCounters>();
   Backoff backoff;
@@ -243,6 +244,7 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
     spdlog::warn("learner {}: connection lost; reconnecting", learner->Name());
     learner->state = aggregator::v1::LEARNER_STATE_CONNECTING;
     learner->stub.reset();
+    learner->generic.reset();
     learner->connecting_since = now;
     learner->attempts = 0;
     learner->last_error = "connection lost";
@@ -253,6 +255,7 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
     learner->state = aggregator::v1::LEARNER_STATE_READY;
     learner->epoch = next_token_++;
     learner->stub = aggregator::v1::Learner::NewStub(learner->channel);
+    learner->generic = std::make_shared<grpc::GenericStub>(learner->channel);
     learner->backoff.Reset();
     learner->last_error.clear();
     spdlog::info("learner {}: ready after {} attempt(s)", learner->Name(),
@@ -333,9 +336,9 @@ std::vector<LearnerHandle> LearnerPool::Ready() const {
   std::vector<LearnerHandle> ready;
   for (const auto& learner : learners_) {
     if (learner->state != aggregator::v1::LEARNER_STATE_READY) continue;
-    ready.push_back(LearnerHandle{learner->endpoint.id,
-                                  learner->endpoint.address, learner->epoch,
-                                  learner->stub, learner->counters});
+    ready.push_back(LearnerHandle{
+        learner->endpoint.id, learner->endpoint.address, learner->epoch,
+        learner->stub, learner->generic, learner->counters});
   }
   return ready;
 }
@@ -368,7 +371,8 @@ absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
         absl::StrCat(learner->Name(), " reconnected since GetData"));
   }
   return LearnerHandle{learner->endpoint.id, learner->endpoint.address,
-                       learner->epoch, learner->stub, learner->counters};
+                       learner->epoch,       learner->stub,
+                       learner->generic,     learner->counters};
 }
 
 bool LearnerPool::WaitForReady(size_t count, Clock::time_point deadline) const {

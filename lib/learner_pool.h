@@ -16,6 +16,7 @@
 #ifndef LIB_LEARNER_POOL_H_
 #define LIB_LEARNER_POOL_H_
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -51,6 +52,8 @@ struct LearnerHandle {
   // valid at another.
   uint64_t epoch = 0;
   std::shared_ptr<aggregator::v1::Learner::Stub> stub;
+  // The same channel for calls relayed as raw bytes (Learn).
+  std::shared_ptr<grpc::GenericStub> generic;
   std::shared_ptr<LearnerCounters> counters;
   // "learner0 (127.0.0.1:22300)", for messages.
   std::string Name() const { return id + " (" + address + ")"; }

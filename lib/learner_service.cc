@@ -8,11 +8,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/raw_batch.h"
 
 namespace aggregator {
 namespace {
 
 namespace pb = aggregator::v1;
+
+constexpr char kLearnMethod[] = "/aggregator.v1.Learner/Learn";
 
 // A batch has at most this many samples (a repeated field's limit).
 constexpr int64_t kMaxBatch = 1 << 30;
@@ -138,10 +141,10 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
     pb::Resource* reply) {
   return Relay<pb::GetResourceRequest, pb::Resource>(
       "GetResource", context, *request,
-      [](LearnerAsync* async, grpc::ClientContext* c,
+      [](const LearnerHandle& l, grpc::ClientContext* c,
          const pb::GetResourceRequest* r, pb::Resource* p,
          std::function<void(grpc::Status)> f) {
-        async->GetResource(c, r, p, std::move(f));
+        l.stub->async()->GetResource(c, r, p, std::move(f));
       },
       [reply](auto& calls) {
         for (const auto& call : calls) {
@@ -159,10 +162,10 @@ grpc::ServerUnaryReactor* LearnerService::StartTask(
     pb::StartTaskReply* reply) {
   return Relay<pb::StartTaskRequest, pb::StartTaskReply>(
       "StartTask", context, *request,
-      [](LearnerAsync* async, grpc::ClientContext* c,
+      [](const LearnerHandle& l, grpc::ClientContext* c,
          const pb::StartTaskRequest* r, pb::StartTaskReply* p,
          std::function<void(grpc::Status)> f) {
-        async->StartTask(c, r, p, std::move(f));
+        l.stub->async()->StartTask(c, r, p, std::move(f));
       },
       [reply](auto& calls) {
         reply->set_message(
@@ -176,10 +179,10 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
     pb::DataDemand* reply) {
   return Relay<pb::GetDataRequest, pb::DataDemand>(
       "GetData", context, *request,
-      [](LearnerAsync* async, grpc::ClientContext* c,
+      [](const LearnerHandle& l, grpc::ClientContext* c,
          const pb::GetDataRequest* r, pb::DataDemand* p,
          std::function<void(grpc::Status)> f) {
-        async->GetData(c, r, p, std::move(f));
+        l.stub->async()->GetData(c, r, p, std::move(f));
       },
       [this, reply](auto& calls) {
         std::vector<PlanSlice> slices;
@@ -215,8 +218,8 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
 }
 
 grpc::ServerUnaryReactor* LearnerService::Learn(
-    grpc::CallbackServerContext* context, const pb::LearnRequest* request,
-    pb::LearnReply* reply) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* reply) {
   const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
   auto fail = [&](const grpc::Status& status) {
@@ -224,7 +227,9 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     return reactor;
   };
   auto settings = this->settings();
-  auto plan = planner_.Find(request->plan_id());
+  auto batch = RawBatch::Parse(*request);
+  if (!batch.ok()) return fail(ToGrpc(batch.status()));
+  auto plan = planner_.Find(batch->plan_id());
   if (!plan.ok()) return fail(ToGrpc(plan.status()));
   std::vector<LearnerHandle> learners;
   std::vector<std::string> gone;
@@ -243,27 +248,32 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
                      "' changed since GetData: ", absl::StrJoin(gone, "; "),
                      "; call GetData again")));
   }
-  if (absl::Status count = CheckSampleCount(**plan, request->samples_size());
+  if (absl::Status count =
+          CheckSampleCount(**plan, static_cast<int64_t>(batch->sample_count()));
       !count.ok()) {
     return fail(ToGrpc(count));
   }
-  // gRPC owns the request message and nothing else reads it until Finish:
-  // moving the samples out of it avoids copying their payloads.
-  auto slices = SplitBatch(**plan, const_cast<pb::LearnRequest*>(request));
-  if (metrics_ != nullptr) {
-    for (size_t i = 0; i < slices.size(); ++i) {
-      double bytes = 0;
-      for (const auto& sample : slices[i].samples())
-        bytes += sample.data().size();
-      metrics_->Forwarded(learners[i].id, bytes);
+  // Slice i holds learner i's samples as sub-slices of the received bytes.
+  std::vector<grpc::ByteBuffer> slices;
+  size_t first = 0;
+  for (size_t i = 0; i < learners.size(); ++i) {
+    const PlanSlice& slice = (*plan)->slices[i];
+    const size_t count = static_cast<size_t>(slice.batch_size);
+    slices.push_back(batch->Slice(first, count, slice.learner_plan_id));
+    if (metrics_ != nullptr) {
+      metrics_->Forwarded(learners[i].id,
+                          static_cast<double>(batch->SliceBytes(first, count)));
     }
+    first += count;
   }
-  FanOut<pb::LearnRequest, pb::LearnReply>(
+  FanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
       context, settings->options.call_timeout, std::move(learners),
       std::move(slices),
-      [](LearnerAsync* async, grpc::ClientContext* c, const pb::LearnRequest* r,
-         pb::LearnReply* p, std::function<void(grpc::Status)> f) {
-        async->Learn(c, r, p, std::move(f));
+      [](const LearnerHandle& l, grpc::ClientContext* c,
+         const grpc::ByteBuffer* r, grpc::ByteBuffer* p,
+         std::function<void(grpc::Status)> f) {
+        l.generic->UnaryCall(c, kLearnMethod, grpc::StubOptions(), r, p,
+                             std::move(f));
       },
       [this, reactor, reply, settings, started](auto& calls) {
         Finish(reactor, "Learn", started, MergeLearn(calls, *settings, reply));
@@ -272,21 +282,29 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
 }
 
 grpc::Status LearnerService::MergeLearn(
-    LearnerCalls<pb::LearnRequest, pb::LearnReply>& calls,
-    const Settings& settings, pb::LearnReply* reply) {
+    LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
+    const Settings& settings, grpc::ByteBuffer* reply) {
   grpc::Status status = Summarize("Learn", calls);
   if (!status.ok()) return status;
+  std::vector<pb::LearnReply> replies(calls.size());
   std::vector<google::protobuf::Struct*> infos;
   std::vector<std::string> ids;
-  const auto& first = calls.front();
-  for (auto& call : calls) {
-    infos.push_back(call.reply.mutable_info());
-    ids.push_back(call.learner.id);
-    WarnIfDifferent("Learn", "task_id", first.learner, first.reply.task_id(),
-                    call.learner, call.reply.task_id());
-    WarnIfDifferent("Learn", "buffer_id", first.learner,
-                    first.reply.buffer_id(), call.learner,
-                    call.reply.buffer_id());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const LearnerHandle& learner = calls[i].learner;
+    if (!grpc::SerializationTraits<pb::LearnReply>::Deserialize(&calls[i].reply,
+                                                                &replies[i])
+             .ok()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("Learn: ", learner.Name(),
+                                       " sent a reply that is not a "
+                                       "LearnReply"));
+    }
+    infos.push_back(replies[i].mutable_info());
+    ids.push_back(learner.id);
+    WarnIfDifferent("Learn", "task_id", calls[0].learner, replies[0].task_id(),
+                    learner, replies[i].task_id());
+    WarnIfDifferent("Learn", "buffer_id", calls[0].learner,
+                    replies[0].buffer_id(), learner, replies[i].buffer_id());
   }
   auto merged = settings.merger.Merge(infos, ids);
   if (!merged.ok()) {
@@ -296,10 +314,13 @@ grpc::Status LearnerService::MergeLearn(
   for (const std::string& warning : merged->warnings) {
     spdlog::warn("Learn: {}", warning);
   }
-  reply->set_task_id(first.reply.task_id());
-  reply->set_buffer_id(first.reply.buffer_id());
-  *reply->mutable_info() = std::move(merged->info);
-  return grpc::Status::OK;
+  pb::LearnReply out;
+  out.set_task_id(replies[0].task_id());
+  out.set_buffer_id(replies[0].buffer_id());
+  *out.mutable_info() = std::move(merged->info);
+  bool own_buffer = false;
+  return grpc::SerializationTraits<pb::LearnReply>::Serialize(out, reply,
+                                                              &own_buffer);
 }
 
 grpc::ServerUnaryReactor* LearnerService::CloseTask(
@@ -307,10 +328,10 @@ grpc::ServerUnaryReactor* LearnerService::CloseTask(
     pb::CloseTaskReply* reply) {
   return Relay<pb::CloseTaskRequest, pb::CloseTaskReply>(
       "CloseTask", context, *request,
-      [](LearnerAsync* async, grpc::ClientContext* c,
+      [](const LearnerHandle& l, grpc::ClientContext* c,
          const pb::CloseTaskRequest* r, pb::CloseTaskReply* p,
          std::function<void(grpc::Status)> f) {
-        async->CloseTask(c, r, p, std::move(f));
+        l.stub->async()->CloseTask(c, r, p, std::move(f));
       },
       [reply](auto& calls) {
         reply->set_message(

@@ -42,7 +42,10 @@ struct LearnerServiceOptions {
                                                "task_id", "learner_done"};
 };
 
-class LearnerService final : public aggregator::v1::Learner::CallbackService {
+// Learn is relayed as raw bytes (lib/raw_batch.h): the batch is never parsed.
+class LearnerService final
+    : public aggregator::v1::Learner::WithRawCallbackMethod_Learn<
+          aggregator::v1::Learner::CallbackService> {
  public:
   // `pool` and `metrics` (optional) must outlive the service.
   LearnerService(LearnerPool* pool, LearnerServiceOptions options,
@@ -63,8 +66,8 @@ class LearnerService final : public aggregator::v1::Learner::CallbackService {
       const aggregator::v1::GetDataRequest* request,
       aggregator::v1::DataDemand* reply) override;
   grpc::ServerUnaryReactor* Learn(grpc::CallbackServerContext* context,
-                                  const aggregator::v1::LearnRequest* request,
-                                  aggregator::v1::LearnReply* reply) override;
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* reply) override;
   grpc::ServerUnaryReactor* CloseTask(
       grpc::CallbackServerContext* context,
       const aggregator::v1::CloseTaskRequest* request,
@@ -94,11 +97,10 @@ class LearnerService final : public aggregator::v1::Learner::CallbackService {
   template <typename Request, typename Reply>
   grpc::Status Summarize(const char* method,
                          const LearnerCalls<Request, Reply>& calls);
-  // Merges the learners' Learn replies into `reply`.
-  grpc::Status MergeLearn(LearnerCalls<aggregator::v1::LearnRequest,
-                                       aggregator::v1::LearnReply>& calls,
-                          const Settings& settings,
-                          aggregator::v1::LearnReply* reply);
+  // Merges the learners' serialized Learn replies into `reply`.
+  grpc::Status MergeLearn(
+      LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
+      const Settings& settings, grpc::ByteBuffer* reply);
   // Finishes an incoming call and records it.
   void Finish(grpc::ServerUnaryReactor* reactor, const char* method,
               std::chrono::steady_clock::time_point started,

@@ -1,7 +1,7 @@
 #include "lib/metrics.h"
 
-#include <cmath>
 #include <charconv>
+#include <cmath>
 
 namespace aggregator {
 namespace {

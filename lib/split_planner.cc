@@ -58,27 +58,4 @@ absl::Status CheckSampleCount(const Plan& plan, int64_t sample_count) {
                    ")"));
 }
 
-std::vector<aggregator::v1::LearnRequest> SplitBatch(
-    const Plan& plan, aggregator::v1::LearnRequest* batch) {
-  // Take ownership of every Sample object and hand each to its slice: pointers
-  // move, payloads stay where the server parsed them.
-  auto* samples = batch->mutable_samples();
-  std::vector<aggregator::v1::Sample*> owned(samples->size());
-  samples->ExtractSubrange(0, samples->size(), owned.data());
-  std::vector<aggregator::v1::LearnRequest> requests(plan.slices.size());
-  size_t next = 0;
-  for (size_t i = 0; i < plan.slices.size(); ++i) {
-    requests[i].set_plan_id(plan.slices[i].learner_plan_id);
-    auto* slice = requests[i].mutable_samples();
-    slice->Reserve(static_cast<int>(plan.slices[i].batch_size));
-    for (int64_t n = 0; n < plan.slices[i].batch_size && next < owned.size();
-         ++n) {
-      slice->AddAllocated(owned[next++]);
-    }
-  }
-  // Only reached when the count was not checked first: nothing may leak.
-  for (; next < owned.size(); ++next) delete owned[next];
-  return requests;
-}
-
 }  // namespace aggregator

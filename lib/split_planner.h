@@ -20,7 +20,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "proto/learner.pb.h"
 
 namespace aggregator {
 
@@ -63,12 +62,6 @@ class SplitPlanner {
 // INVALID_ARGUMENT, with both numbers and the split, unless `sample_count`
 // equals the plan's total.
 absl::Status CheckSampleCount(const Plan& plan, int64_t sample_count);
-
-// Moves the samples of `batch` (whose count matches the plan) into one request
-// per slice, in order; slice i gets its learner's own plan id. Payloads are
-// moved, never copied; `batch` is left without samples.
-std::vector<aggregator::v1::LearnRequest> SplitBatch(
-    const Plan& plan, aggregator::v1::LearnRequest* batch);
 
 }  // namespace aggregator
 

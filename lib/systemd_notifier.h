@@ -1,6 +1,7 @@
 // SystemdNotifier: the sd_notify side of systemd's Type=notify protocol (READY,
-// RELOADING, STOPPING, STATUS, WATCHDOG). Every call is a no-op when the process was
-// not started by systemd (NOTIFY_SOCKET unset), so callers never need to check.
+// RELOADING, STOPPING, STATUS, WATCHDOG). Every call is a no-op when the
+// process was not started by systemd (NOTIFY_SOCKET unset), so callers never
+// need to check.
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef LIB_SYSTEMD_NOTIFIER_H_
@@ -25,7 +26,8 @@ class SystemdNotifier {
   // A keep-alive ping for WatchdogSec=.
   void Watchdog();
 
-  // How often to ping: half of WATCHDOG_USEC, when the watchdog is enabled for us.
+  // How often to ping: half of WATCHDOG_USEC, when the watchdog is enabled for
+  // us.
   std::optional<std::chrono::microseconds> watchdog_interval() const {
     return watchdog_interval_;
   }

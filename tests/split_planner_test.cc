@@ -48,33 +48,3 @@ TEST_CASE("A wrong sample count names both numbers and the split") {
                                                Catch::Contains("64") &&
                                                Catch::Contains("l1: 32"));
 }
-
-TEST_CASE("SplitBatch moves samples to slices in order without copying") {
-  SplitPlanner planner;
-  auto plan =
-      planner.Record({PlanSlice{"l0", 1, 2, "child-plan"},
-                      PlanSlice{"l1", 1, 0, ""}, PlanSlice{"l2", 1, 3, ""}});
-  aggregator::v1::LearnRequest batch;
-  std::vector<const char*> payloads;
-  for (int i = 0; i < 5; ++i) {
-    batch.add_samples()->set_data(
-        std::string(1000, static_cast<char>('a' + i)));
-    payloads.push_back(batch.samples(i).data().data());
-  }
-  auto slices = aggregator::SplitBatch(*plan, &batch);
-  REQUIRE(slices.size() == 3);
-  CHECK(batch.samples_size() == 0);
-  CHECK(slices[0].plan_id() == "child-plan");
-  REQUIRE(slices[0].samples_size() == 2);
-  REQUIRE(slices[1].samples_size() == 0);
-  REQUIRE(slices[2].samples_size() == 3);
-  int index = 0;
-  for (const auto& slice : slices) {
-    for (const auto& sample : slice.samples()) {
-      CHECK(sample.data()[0] == 'a' + index);
-      // The very same buffer: moved, not copied.
-      CHECK(sample.data().data() == payloads[index]);
-      ++index;
-    }
-  }
-}
