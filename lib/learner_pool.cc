@@ -7,6 +7,7 @@
 #include <climits>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -67,6 +68,10 @@ struct LearnerPool::Learner {
   std::string Name() const {
     return absl::StrCat(endpoint.id, " (", endpoint.address, ")");
   }
+  LearnerHandle Handle() const {
+    return LearnerHandle{endpoint.id, endpoint.address, epoch,   stub,
+                         generic,     counters,         resource};
+  }
 
   LearnerEndpoint endpoint;
   LearnerState state = aggregator::v1::LEARNER_STATE_CONNECTING;
@@ -83,13 +88,27 @@ struct LearnerPool::Learner {
   Clock::time_point connecting_since = Clock::now();
   Clock::time_point attempt_deadline;
   std::unique_ptr<grpc::Alarm> alarm;
+  // The probe in flight, if any (owned by its event), to cancel on removal.
+  grpc::ClientContext* probing = nullptr;
+  aggregator::v1::Resource resource;  // its answer to the probe
   std::string last_error;
 };
 
 struct LearnerPool::Event {
-  enum Kind { kAttempt, kStateChange } kind;
+  // kProbe: the GetResource call that shows a connected learner answers.
+  struct Probe {
+    std::shared_ptr<aggregator::v1::Learner::Stub> stub;
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<aggregator::v1::Resource>>
+        rpc;
+    aggregator::v1::Resource reply;
+    grpc::Status status;
+  };
+
+  enum Kind { kAttempt, kStateChange, kProbe } kind;
   std::string learner_id;
   uint64_t token;
+  std::unique_ptr<Probe> probe;
 };
 
 LearnerPool::LearnerPool(LearnerPoolOptions options)
@@ -106,6 +125,9 @@ LearnerPool::~LearnerPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    for (auto& learner : learners_) {
+      if (learner->probing != nullptr) learner->probing->TryCancel();
+    }
     dropped.swap(learners_);
   }
   // Destroying alarms and channels completes their pending events.
@@ -139,6 +161,7 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
     }
     for (auto& learner : learners_) {
       if (learner == nullptr) continue;
+      if (learner->probing != nullptr) learner->probing->TryCancel();
       spdlog::info(
           "learner {}: removed from the pool; calls in flight finish on "
           "their connection",
@@ -207,12 +230,22 @@ void LearnerPool::Handle(Event* event, bool ok) {
   std::unique_ptr<Event> owned(event);
   if (stopping_) return;
   Learner* learner = Find(event->learner_id);
-  if (learner == nullptr || learner->token != event->token) return;  // stale
-  if (event->kind == Event::kAttempt) {
-    if (ok) StartAttempt(learner);
-    return;
+  if (learner != nullptr && event->probe != nullptr &&
+      learner->probing == &event->probe->context) {
+    learner->probing = nullptr;
   }
-  OnStateChange(learner, ok);
+  if (learner == nullptr || learner->token != event->token) return;  // stale
+  switch (event->kind) {
+    case Event::kAttempt:
+      if (ok) StartAttempt(learner);
+      return;
+    case Event::kStateChange:
+      OnStateChange(learner, ok);
+      return;
+    case Event::kProbe:
+      OnProbe(learner, *event);
+      return;
+  }
 }
 
 void LearnerPool::StartAttempt(Learner* learner) {
@@ -252,16 +285,7 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
     return;
   }
   if (state == GRPC_CHANNEL_READY) {
-    learner->state = aggregator::v1::LEARNER_STATE_READY;
-    learner->epoch = next_token_++;
-    learner->stub = aggregator::v1::Learner::NewStub(learner->channel);
-    learner->generic = std::make_shared<grpc::GenericStub>(learner->channel);
-    learner->backoff.Reset();
-    learner->last_error.clear();
-    spdlog::info("learner {}: ready after {} attempt(s)", learner->Name(),
-                 learner->attempts);
-    learner->attempts = 0;
-    Watch(learner, state, now + kReadyWatchPeriod);
+    StartProbe(learner);
     return;
   }
   if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
@@ -277,6 +301,42 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
   }
   if (state == GRPC_CHANNEL_IDLE) state = learner->channel->GetState(true);
   Watch(learner, state, learner->attempt_deadline);
+}
+
+void LearnerPool::StartProbe(Learner* learner) {
+  auto* event = new Event{Event::kProbe, learner->endpoint.id, learner->token,
+                          std::make_unique<Event::Probe>()};
+  Event::Probe& probe = *event->probe;
+  probe.stub = aggregator::v1::Learner::NewStub(learner->channel);
+  probe.context.set_deadline(ToSystem(learner->attempt_deadline));
+  probe.rpc = probe.stub->AsyncGetResource(
+      &probe.context, aggregator::v1::GetResourceRequest(), &queue_);
+  probe.rpc->Finish(&probe.reply, &probe.status, event);
+  learner->probing = &probe.context;
+}
+
+void LearnerPool::OnProbe(Learner* learner, const Event& event) {
+  const Event::Probe& probe = *event.probe;
+  if (!probe.status.ok()) {
+    AttemptFailed(
+        learner,
+        absl::StrCat("connected, but GetResource failed: ",
+                     absl::StatusCodeToString(static_cast<absl::StatusCode>(
+                         probe.status.error_code())),
+                     ": ", probe.status.error_message()));
+    return;
+  }
+  learner->state = aggregator::v1::LEARNER_STATE_READY;
+  learner->epoch = next_token_++;
+  learner->resource = probe.reply;
+  learner->stub = probe.stub;
+  learner->generic = std::make_shared<grpc::GenericStub>(learner->channel);
+  learner->backoff.Reset();
+  learner->last_error.clear();
+  spdlog::info("learner {}: ready after {} attempt(s) ({} gpu(s))",
+               learner->Name(), learner->attempts, probe.reply.gpus());
+  learner->attempts = 0;
+  Watch(learner, GRPC_CHANNEL_READY, Clock::now() + kReadyWatchPeriod);
 }
 
 void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {
@@ -336,9 +396,7 @@ std::vector<LearnerHandle> LearnerPool::Ready() const {
   std::vector<LearnerHandle> ready;
   for (const auto& learner : learners_) {
     if (learner->state != aggregator::v1::LEARNER_STATE_READY) continue;
-    ready.push_back(LearnerHandle{
-        learner->endpoint.id, learner->endpoint.address, learner->epoch,
-        learner->stub, learner->generic, learner->counters});
+    ready.push_back(learner->Handle());
   }
   return ready;
 }
@@ -370,9 +428,7 @@ absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
     return absl::FailedPreconditionError(
         absl::StrCat(learner->Name(), " reconnected since GetData"));
   }
-  return LearnerHandle{learner->endpoint.id, learner->endpoint.address,
-                       learner->epoch,       learner->stub,
-                       learner->generic,     learner->counters};
+  return learner->Handle();
 }
 
 bool LearnerPool::WaitForReady(size_t count, Clock::time_point deadline) const {

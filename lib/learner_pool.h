@@ -2,11 +2,12 @@
 //
 // Each learner is connecting -> ready -> (disconnected) connecting ..., or
 // failed when it was not ready within connect.timeout (failed learners keep
-// being retried in the background). All learners connect concurrently, driven
-// by one connector thread over a gRPC completion queue: no thread per learner,
-// no busy loop. Each attempt uses a fresh channel (with its own subchannel
-// pool), so the retry schedule is exactly the configured jittered backoff, not
-// gRPC's hidden one.
+// being retried in the background). Ready means connected and answering: as a
+// learner connects the pool asks its resources (GetResource) and keeps them.
+// All learners connect concurrently, driven by one connector thread over a gRPC
+// completion queue: no thread per learner, no busy loop. Each attempt uses a
+// fresh channel (with its own subchannel pool), so the retry schedule is
+// exactly the configured jittered backoff, not gRPC's hidden one.
 //
 // Calls take a LearnerHandle snapshot; a handle keeps its channel alive, so
 // removing a learner (SetLearners) never breaks a call in flight.
@@ -55,6 +56,9 @@ struct LearnerHandle {
   // The same channel for calls relayed as raw bytes (Learn).
   std::shared_ptr<grpc::GenericStub> generic;
   std::shared_ptr<LearnerCounters> counters;
+  // Its answer to GetResource when it connected (a learner's resources do not
+  // change while it runs), so GetResource needs no round trip.
+  aggregator::v1::Resource resource;
   // "learner0 (127.0.0.1:22300)", for messages.
   std::string Name() const { return id + " (" + address + ")"; }
 };
@@ -118,6 +122,9 @@ class LearnerPool {
   void Handle(Event* event, bool ok);
   void StartAttempt(Learner* learner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStateChange(Learner* learner, bool ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartProbe(Learner* learner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnProbe(Learner* learner, const Event& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AttemptFailed(Learner* learner, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -137,24 +137,23 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
 }
 
 grpc::ServerUnaryReactor* LearnerService::GetResource(
-    grpc::CallbackServerContext* context, const pb::GetResourceRequest* request,
-    pb::Resource* reply) {
-  return Relay<pb::GetResourceRequest, pb::Resource>(
-      "GetResource", context, *request,
-      [](const LearnerHandle& l, grpc::ClientContext* c,
-         const pb::GetResourceRequest* r, pb::Resource* p,
-         std::function<void(grpc::Status)> f) {
-        l.stub->async()->GetResource(c, r, p, std::move(f));
-      },
-      [reply](auto& calls) {
-        for (const auto& call : calls) {
-          reply->set_gpus(reply->gpus() + call.reply.gpus());
-          // A plain learner may leave `learners` unset: it counts as one.
-          reply->set_learners(reply->learners() +
-                              std::max(1, call.reply.learners()));
-        }
-        return grpc::Status::OK;
-      });
+    grpc::CallbackServerContext* context,
+    const pb::GetResourceRequest* /*request*/, pb::Resource* reply) {
+  // Each ready learner answered GetResource as it connected
+  // (lib/learner_pool.h).
+  const auto started = std::chrono::steady_clock::now();
+  auto* reactor = context->DefaultReactor();
+  auto learners = ReadyLearners("GetResource", *settings());
+  if (learners.ok()) {
+    for (const LearnerHandle& learner : *learners) {
+      reply->set_gpus(reply->gpus() + learner.resource.gpus());
+      // A plain learner may leave `learners` unset: it counts as one.
+      reply->set_learners(reply->learners() +
+                          std::max(1, learner.resource.learners()));
+    }
+  }
+  Finish(reactor, "GetResource", started, ToGrpc(learners.status()));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* LearnerService::StartTask(

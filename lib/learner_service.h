@@ -1,6 +1,7 @@
 // LearnerService: the aggregator's side of the Learner API. Each call fans out
 // to the pool's learners (lib/fan_out.h) and merges their answers:
-// - GetResource sums the ready learners' own resources;
+// - GetResource sums the ready learners' own resources (asked as they
+//   connected);
 // - StartTask and CloseTask go to every ready learner; any failure fails the
 // call,
 //   naming every learner that failed and why;

@@ -202,6 +202,7 @@ TEST_CASE("StartTask names every learner that failed") {
 TEST_CASE("A hanging learner gives DEADLINE_EXCEEDED after call_timeout") {
   aggregator::ExampleLearnerOptions slow;
   slow.delay = milliseconds(10000);
+  slow.delay_on = "GetData";
   std::vector<std::unique_ptr<aggregator::ExampleLearnerServer>> servers;
   servers.push_back(StartLearner());
   servers.push_back(StartLearner(slow));
@@ -381,4 +382,28 @@ TEST_CASE("A tree of aggregators keeps the sample order end to end") {
                        .struct_value()
                        .fields()
                        .at("replay_unique_id")) == Ids("t", 0, 128));
+}
+
+TEST_CASE(
+    "A learner that connects but does not answer GetResource is not ready") {
+  aggregator::ExampleLearnerOptions refusing;
+  refusing.fail_on = "GetResource";
+  std::vector<std::unique_ptr<aggregator::ExampleLearnerServer>> servers;
+  servers.push_back(StartLearner());
+  servers.push_back(StartLearner(refusing));
+  auto server = StartReadyAggregator(FastConfig(
+      {{"fine", servers[0]->address}, {"mute", servers[1]->address}}, 1));
+  REQUIRE(Eventually(
+      [&] { return StateOf(*server, "mute") == pb::LEARNER_STATE_FAILED; }));
+  for (const auto& status : server->pool().Status()) {
+    if (status.id() != "mute") continue;
+    CHECK_THAT(
+        status.last_error(),
+        Catch::Contains("GetResource failed: INTERNAL: injected failure"));
+  }
+  auto stub = LearnerStub(server->address());
+  pb::Resource resource;
+  REQUIRE(stub->GetResource(Deadline().get(), {}, &resource).ok());
+  CHECK(resource.gpus() == 1);
+  CHECK(resource.learners() == 1);
 }

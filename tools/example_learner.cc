@@ -28,8 +28,13 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--gpus", options.gpus, "gpus reported by GetResource")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--delay-ms", delay_ms, "wait this long in every RPC")
+  app.add_option("--delay-ms", delay_ms,
+                 "wait this long in every RPC (or the one --delay-on names)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--delay-on", options.delay_on,
+                 "the RPC --delay-ms applies to")
+      ->check(CLI::IsMember(
+          {"GetResource", "StartTask", "GetData", "Learn", "CloseTask"}));
   app.add_option("--fail-on", options.fail_on,
                  "an RPC that always fails with INTERNAL")
       ->check(CLI::IsMember(

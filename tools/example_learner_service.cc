@@ -42,7 +42,8 @@ grpc::Status ExampleLearner::Enter(const char* method) {
     std::_Exit(70);  // as a crash: no reply, no cleanup
   }
   ++calls_;
-  if (options_.delay.count() > 0) {
+  if (options_.delay.count() > 0 &&
+      (options_.delay_on.empty() || options_.delay_on == method)) {
     stopped_cv_.wait_for(lock, options_.delay, [this] { return stopped_; });
   }
   if (options_.fail_on == method) {

@@ -31,8 +31,10 @@ namespace aggregator {
 struct ExampleLearnerOptions {
   int64_t batch_size = 32;  // demanded by every GetData
   int gpus = 1;
-  // Every RPC waits this long before answering (cut short by Stop()).
+  // RPCs wait this long before answering (cut short by Stop()): the one named
+  // by delay_on, or every RPC when it is empty.
   std::chrono::milliseconds delay{0};
+  std::string delay_on;
   // An RPC name (GetResource, StartTask, GetData, Learn, CloseTask) that always
   // fails with INTERNAL, or empty.
   std::string fail_on;
