@@ -178,13 +178,11 @@ void FakeWorkerClock::RemoveWaker(int token) {
 }
 
 void FakeWorkerClock::Advance(milliseconds delta) {
-  std::vector<std::function<void()>> wakers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    now_ += delta;
-    for (const auto& [token, wake] : wakers_) wakers.push_back(wake);
-  }
-  for (const auto& wake : wakers) wake();
+  // Wakers run under the lock, so once RemoveWaker returns its waker is never
+  // called again (the manager closes what it writes to).
+  std::lock_guard<std::mutex> lock(mu_);
+  now_ += delta;
+  for (const auto& [token, wake] : wakers_) wake();
 }
 
 std::string ExpandWorkerTemplate(std::string_view text, const WorkerSpec& spec,
@@ -195,44 +193,51 @@ std::string ExpandWorkerTemplate(std::string_view text, const WorkerSpec& spec,
                               {"{name}", spec.name}});
 }
 
-std::string FindRunfilesDir() {
+std::vector<std::string> FindRunfilesDirs() {
+  std::vector<std::string> dirs;
+  if (const char* runfiles = getenv("RUNFILES_DIR");
+      runfiles != nullptr && runfiles[0] != '\0') {
+    const std::string dir = absl::StrCat(runfiles, "/", kWorkspaceName);
+    if (IsDirectory(dir)) dirs.push_back(dir);
+  }
   char exe[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   if (n > 0) {
     const std::string dir =
         absl::StrCat(absl::string_view(exe, n), ".runfiles/", kWorkspaceName);
-    if (IsDirectory(dir)) return dir;
+    if (IsDirectory(dir) &&
+        std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) {
+      dirs.push_back(dir);
+    }
   }
-  if (const char* runfiles = getenv("RUNFILES_DIR");
-      runfiles != nullptr && runfiles[0] != '\0') {
-    const std::string dir = absl::StrCat(runfiles, "/", kWorkspaceName);
-    if (IsDirectory(dir)) return dir;
-  }
-  return "";
+  return dirs;
 }
 
 absl::StatusOr<std::string> ResolveWorkerProgram(
     const std::string& program, const std::string& working_dir,
-    const std::string& runfiles_dir) {
+    const std::vector<std::string>& runfiles_dirs) {
   if (program.find('/') == std::string::npos || program[0] == '/') {
     return program;
   }
   const std::string in_working_dir = absl::StrCat(working_dir, "/", program);
   if (Exists(in_working_dir)) return in_working_dir;
-  if (!runfiles_dir.empty()) {
-    const std::string in_runfiles = absl::StrCat(runfiles_dir, "/", program);
+  for (const std::string& dir : runfiles_dirs) {
+    const std::string in_runfiles = absl::StrCat(dir, "/", program);
     if (Exists(in_runfiles)) return in_runfiles;
   }
-  return absl::NotFoundError(absl::StrCat(
-      "cannot find the program '", program, "' in the working directory ",
-      working_dir,
-      runfiles_dir.empty()
-          ? " (and aggregatord has no runfiles directory)"
-          : absl::StrCat(" or in the runfiles directory ", runfiles_dir)));
+  return absl::NotFoundError(
+      absl::StrCat("cannot find the program '", program,
+                   "' in the working directory ", working_dir,
+                   runfiles_dirs.empty()
+                       ? " (and aggregatord has no runfiles directory)"
+                       : absl::StrCat(" or in the runfiles director",
+                                      runfiles_dirs.size() == 1 ? "y " : "ies ",
+                                      absl::StrJoin(runfiles_dirs, ", "))));
 }
 
 absl::StatusOr<SubprocessOptions> ReplicaSubprocessOptions(
-    const WorkerSpec& spec, int index, const std::string& runfiles_dir) {
+    const WorkerSpec& spec, int index,
+    const std::vector<std::string>& runfiles_dirs) {
   if (spec.command.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker \"", spec.name, "\" has an empty command"));
@@ -244,8 +249,9 @@ absl::StatusOr<SubprocessOptions> ReplicaSubprocessOptions(
   for (const auto& [key, value] : spec.env) {
     options.env.emplace_back(key, ExpandWorkerTemplate(value, spec, index));
   }
-  if (!spec.cwd.empty())
+  if (!spec.cwd.empty()) {
     options.cwd = ExpandWorkerTemplate(spec.cwd, spec, index);
+  }
   char working_dir[PATH_MAX];
   if (getcwd(working_dir, sizeof(working_dir)) == nullptr) {
     return absl::ErrnoToStatus(
@@ -253,7 +259,7 @@ absl::StatusOr<SubprocessOptions> ReplicaSubprocessOptions(
                    options.argv[0] + "'");
   }
   absl::StatusOr<std::string> program =
-      ResolveWorkerProgram(options.argv[0], working_dir, runfiles_dir);
+      ResolveWorkerProgram(options.argv[0], working_dir, runfiles_dirs);
   if (!program.ok()) return program.status();
   options.argv[0] = *std::move(program);
   options.capture_output = true;
@@ -299,8 +305,9 @@ struct WorkerManager::Worker {
 WorkerManager::WorkerManager(WorkerManagerOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &SteadyWorkerClock()),
-      runfiles_dir_(options_.runfiles_dir.has_value() ? *options_.runfiles_dir
-                                                      : FindRunfilesDir()),
+      runfiles_dirs_(options_.runfiles_dirs.has_value()
+                         ? *options_.runfiles_dirs
+                         : FindRunfilesDirs()),
       wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (wake_fd_ < 0) {
     // Without it commands would wait for the idle timeout; say so loudly.
@@ -408,7 +415,7 @@ void WorkerManager::Run() {
     if (shutdown.has_value() && !stopping_all_) {
       stopping_all_ = true;
       stop_deadline_ = *shutdown;
-      spdlog::info("stopping all workers");
+      if (!workers_.empty()) spdlog::info("stopping all workers");
       for (auto& [name, worker] : workers_) {
         for (auto& [index, replica] : worker->replicas) {
           Stop(*worker, *replica, AfterStop::kStay);
@@ -463,7 +470,7 @@ void WorkerManager::Run() {
     if (finished) break;
     PollOnce();
   }
-  spdlog::info("all workers stopped");
+  if (!workers_.empty()) spdlog::info("all workers stopped");
   std::lock_guard<std::mutex> lock(mu_);
   done_ = true;
   handled_.notify_all();
@@ -539,7 +546,7 @@ void WorkerManager::StartReplica(Worker& worker, Replica& replica) {
   replica.killed = false;
 
   absl::StatusOr<SubprocessOptions> options =
-      ReplicaSubprocessOptions(spec, replica.index, runfiles_dir_);
+      ReplicaSubprocessOptions(spec, replica.index, runfiles_dirs_);
   absl::StatusOr<std::unique_ptr<Subprocess>> process =
       options.ok() ? Subprocess::Start(*options) : options.status();
   int pidfd = -1;

@@ -66,7 +66,8 @@ class WorkerClock {
   virtual std::optional<std::chrono::milliseconds> RealDelayUntil(
       TimePoint when) const = 0;
   // `wake` is called (from the thread moving the clock) whenever the time
-  // jumps. Returns a token for RemoveWaker.
+  // jumps; it must return quickly and not call the clock. Returns a token
+  // for RemoveWaker, after which `wake` is never called again.
   virtual int AddWaker(std::function<void()> wake) = 0;
   virtual void RemoveWaker(int token) = 0;
 };
@@ -101,32 +102,36 @@ class FakeWorkerClock : public WorkerClock {
 std::string ExpandWorkerTemplate(std::string_view text, const WorkerSpec& spec,
                                  int index);
 
-// aggregatord's Bazel runfiles directory for this workspace, or "" when there
-// is none: "<this executable>.runfiles/learner_aggregator" if it exists, else
-// "$RUNFILES_DIR/learner_aggregator" if that exists.
-std::string FindRunfilesDir();
+// The Bazel runfiles directories of this workspace that exist, in the order
+// programs are looked up in them: "$RUNFILES_DIR/learner_aggregator" (set by
+// `bazel test`, and by whatever launches aggregatord with its runfiles), then
+// "<this executable>.runfiles/learner_aggregator" (next to
+// bazel-bin/daemon/aggregatord). Empty for an installed binary.
+std::vector<std::string> FindRunfilesDirs();
 
 // Where a worker's program is run from. A name without '/' is left for the
 // PATH lookup, and an absolute path is kept. A relative path with '/' is
-// `working_dir`/program if that exists, else `runfiles_dir`/program if that
-// exists; otherwise NOT_FOUND naming both places. The result is absolute, so a
-// worker's own `cwd` does not change what runs.
+// `working_dir`/program if that exists, else the first
+// `runfiles_dirs`/program that exists; otherwise NOT_FOUND naming every place
+// looked in. The result is absolute, so a worker's own `cwd` does not change
+// what runs.
 absl::StatusOr<std::string> ResolveWorkerProgram(
     const std::string& program, const std::string& working_dir,
-    const std::string& runfiles_dir);
+    const std::vector<std::string>& runfiles_dirs);
 
 // The Subprocess options of replica `index` of `spec`: templates expanded, the
-// program resolved (against the daemon's working directory and
-// `runfiles_dir`), output captured, own process group, dies with the parent.
+// program resolved (against the daemon's working directory, then
+// `runfiles_dirs`), output captured, own process group, dies with the parent.
 absl::StatusOr<SubprocessOptions> ReplicaSubprocessOptions(
-    const WorkerSpec& spec, int index, const std::string& runfiles_dir);
+    const WorkerSpec& spec, int index,
+    const std::vector<std::string>& runfiles_dirs);
 
 struct WorkerManagerOptions {
   // Not owned; must outlive the manager. nullptr: SteadyWorkerClock().
   WorkerClock* clock = nullptr;
   // Where relative programs are looked up after the working directory.
-  // nullopt: FindRunfilesDir().
-  std::optional<std::string> runfiles_dir;
+  // nullopt: FindRunfilesDirs().
+  std::optional<std::vector<std::string>> runfiles_dirs;
   // Called on the manager thread, without the manager's lock held, whenever
   // what Status() or LearnerEndpoints() return has changed. It may call the
   // manager's const methods; it must not call Apply, Sync or Shutdown.
@@ -205,7 +210,7 @@ class WorkerManager {
 
   const WorkerManagerOptions options_;
   WorkerClock* const clock_;
-  const std::string runfiles_dir_;
+  const std::vector<std::string> runfiles_dirs_;
   const int wake_fd_;  // eventfd: commands, clock jumps
   int waker_token_ = 0;
 

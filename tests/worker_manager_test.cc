@@ -9,9 +9,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <spdlog/sinks/base_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
-#include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,6 +32,7 @@ extern "C" {
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "tests/log_capture.h"
 
 namespace aggregator {
 namespace {
@@ -48,64 +46,17 @@ using std::chrono::seconds;
 // Generous bound for anything that should happen at once on a loaded machine.
 constexpr seconds kLongWait(10);
 
-// Keeps every log message and lets tests wait for one.
-class CaptureSink : public spdlog::sinks::base_sink<std::mutex> {
+// The captured log, waited on with kLongWait.
+class Logs {
  public:
-  // Waits until a message starting with `prefix` has been logged after the
-  // first `skip` such messages; returns it, or "" at the deadline.
   std::string WaitFor(const std::string& prefix, size_t skip = 0) {
-    std::unique_lock<std::mutex> lock(lines_mu_);
-    std::string found;
-    changed_.wait_until(lock, Clock::now() + kLongWait, [&] {
-      size_t seen = 0;
-      for (const std::string& line : lines_) {
-        if (absl::StartsWith(line, prefix) && seen++ == skip) {
-          found = line;
-          return true;
-        }
-      }
-      return false;
-    });
-    return found;
+    return testing::CapturedLogs().WaitFor(prefix, skip,
+                                           Clock::now() + kLongWait);
   }
   size_t Count(const std::string& prefix) {
-    std::lock_guard<std::mutex> lock(lines_mu_);
-    size_t count = 0;
-    for (const std::string& line : lines_) {
-      count += absl::StartsWith(line, prefix) ? 1 : 0;
-    }
-    return count;
+    return testing::CapturedLogs().Count(prefix);
   }
-
- protected:
-  void sink_it_(const spdlog::details::log_msg& msg) override {
-    std::lock_guard<std::mutex> lock(lines_mu_);
-    lines_.emplace_back(msg.payload.data(), msg.payload.size());
-    changed_.notify_all();
-  }
-  void flush_() override {}
-
- private:
-  std::mutex lines_mu_;
-  std::condition_variable changed_;
-  std::vector<std::string> lines_;
 };
-
-// The process-wide capture, installed as the default logger (and echoed to
-// stderr for the test log) on first use.
-CaptureSink& Logs() {
-  static CaptureSink* sink = [] {
-    auto capture = std::make_shared<CaptureSink>();
-    auto logger = std::make_shared<spdlog::logger>(
-        "test",
-        spdlog::sinks_init_list{
-            capture, std::make_shared<spdlog::sinks::stderr_sink_mt>()});
-    logger->set_level(spdlog::level::trace);
-    spdlog::set_default_logger(logger);
-    return capture.get();
-  }();
-  return *sink;
-}
 
 // A new empty directory (symlinks resolved) under the test's temporary dir.
 std::string MakeTempDir() {
@@ -193,11 +144,12 @@ WorkerSpec OnUsr1Exit(const std::string& name, int code) {
 // A manager on a fake clock (or the real one) and a way to wait for its state.
 class Harness {
  public:
-  explicit Harness(bool fake_clock = true, std::string runfiles_dir = "") {
-    Logs();
+  explicit Harness(bool fake_clock = true,
+                   std::vector<std::string> runfiles_dirs = {}) {
+    testing::CapturedLogs();
     WorkerManagerOptions options;
     options.clock = fake_clock ? &clock_ : nullptr;
-    options.runfiles_dir = std::move(runfiles_dir);
+    options.runfiles_dirs = std::move(runfiles_dirs);
     options.on_change = [this] {
       std::lock_guard<std::mutex> lock(mu_);
       ++changes_;
@@ -294,7 +246,7 @@ class Harness {
 
 // How many times replica 0 of `name` has been started.
 size_t Starts(const std::string& name) {
-  return Logs().Count(absl::StrCat("worker ", name, "-0 started"));
+  return Logs{}.Count(absl::StrCat("worker ", name, "-0 started"));
 }
 
 TEST_CASE("Templates expand {index}, {port} and {name} and nothing else") {
@@ -312,7 +264,7 @@ TEST_CASE("Templates expand {index}, {port} and {name} and nothing else") {
   spec.env = {{"RANK", "{index}"}, {"PLAIN", "x"}};
   spec.cwd = "/tmp/{name}-{index}";
   absl::StatusOr<SubprocessOptions> options =
-      ReplicaSubprocessOptions(spec, 1, "");
+      ReplicaSubprocessOptions(spec, 1, {});
   REQUIRE(options.ok());
   CHECK(options->argv ==
         std::vector<std::string>{"/bin/echo", "learner", "22301"});
@@ -338,56 +290,70 @@ TEST_CASE("A replica's process sees its expanded argv, env and cwd") {
   spec.restart = RestartPolicy::kNever;
   harness.Apply({spec});
   CHECK(
-      Logs().WaitFor("[tmpl-1] args") ==
+      Logs{}.WaitFor("[tmpl-1] args") ==
       absl::StrCat("[tmpl-1] args tmpl 30001 env 1 127.0.0.1:30001 pwd ", dir));
   CHECK(
-      Logs().WaitFor("[tmpl-0] args") ==
+      Logs{}.WaitFor("[tmpl-0] args") ==
       absl::StrCat("[tmpl-0] args tmpl 30000 env 0 127.0.0.1:30000 pwd ", dir));
 }
 
 TEST_CASE("Relative programs: the working directory, then the runfiles") {
   const std::string cwd = MakeTempDir();
-  const std::string runfiles = MakeTempDir();
-  REQUIRE(mkdir((cwd + "/bin").c_str(), 0755) == 0);
-  REQUIRE(mkdir((runfiles + "/bin").c_str(), 0755) == 0);
-  REQUIRE(mkdir((runfiles + "/tools").c_str(), 0755) == 0);
-  WriteExecutable(cwd + "/bin/both", "#!/bin/sh\n");
-  WriteExecutable(runfiles + "/bin/both", "#!/bin/sh\n");
-  WriteExecutable(runfiles + "/tools/only_runfiles", "#!/bin/sh\n");
+  const std::string first = MakeTempDir();
+  const std::string second = MakeTempDir();
+  for (const std::string& dir : {cwd, first, second}) {
+    REQUIRE(mkdir((dir + "/bin").c_str(), 0755) == 0);
+    WriteExecutable(dir + "/bin/everywhere", "#!/bin/sh\n");
+  }
+  WriteExecutable(first + "/bin/runfiles", "#!/bin/sh\n");
+  WriteExecutable(second + "/bin/runfiles", "#!/bin/sh\n");
+  WriteExecutable(second + "/bin/second", "#!/bin/sh\n");
+  const std::vector<std::string> runfiles = {first, second};
 
-  auto resolve = [&](const std::string& program, const std::string& rf) {
-    absl::StatusOr<std::string> path = ResolveWorkerProgram(program, cwd, rf);
+  auto resolve = [&](const std::string& program) {
+    absl::StatusOr<std::string> path =
+        ResolveWorkerProgram(program, cwd, runfiles);
     INFO(path.status().ToString());
     REQUIRE(path.ok());
     return *path;
   };
   // Bare names are for PATH, absolute paths are kept.
-  CHECK(resolve("sleep", runfiles) == "sleep");
-  CHECK(resolve("/bin/sh", runfiles) == "/bin/sh");
-  // The working directory wins over the runfiles.
-  CHECK(resolve("bin/both", runfiles) == cwd + "/bin/both");
-  CHECK(resolve("./bin/both", runfiles) == cwd + "/./bin/both");
-  CHECK(resolve("tools/only_runfiles", runfiles) ==
-        runfiles + "/tools/only_runfiles");
+  CHECK(resolve("sleep") == "sleep");
+  CHECK(resolve("/bin/sh") == "/bin/sh");
+  // The working directory first, then the runfiles directories in order.
+  CHECK(resolve("bin/everywhere") == cwd + "/bin/everywhere");
+  CHECK(resolve("./bin/everywhere") == cwd + "/./bin/everywhere");
+  CHECK(resolve("bin/runfiles") == first + "/bin/runfiles");
+  CHECK(resolve("bin/second") == second + "/bin/second");
 
   absl::StatusOr<std::string> missing =
-      ResolveWorkerProgram("tools/nothing", cwd, runfiles);
+      ResolveWorkerProgram("bin/nothing", cwd, runfiles);
   CHECK(missing.status().code() == absl::StatusCode::kNotFound);
   CHECK(missing.status().message() ==
-        absl::StrCat("cannot find the program 'tools/nothing' in the working "
+        absl::StrCat("cannot find the program 'bin/nothing' in the working "
                      "directory ",
-                     cwd, " or in the runfiles directory ", runfiles));
-  missing = ResolveWorkerProgram("tools/only_runfiles", cwd, "");
+                     cwd, " or in the runfiles directories ", first, ", ",
+                     second));
+  missing = ResolveWorkerProgram("bin/second", cwd, {first});
   CHECK(missing.status().message() ==
-        absl::StrCat("cannot find the program 'tools/only_runfiles' in the "
-                     "working directory ",
+        absl::StrCat("cannot find the program 'bin/second' in the working "
+                     "directory ",
+                     cwd, " or in the runfiles directory ", first));
+  missing = ResolveWorkerProgram("bin/runfiles", cwd, {});
+  CHECK(missing.status().message() ==
+        absl::StrCat("cannot find the program 'bin/runfiles' in the working "
+                     "directory ",
                      cwd, " (and aggregatord has no runfiles directory)"));
 
-  // A test binary has a runfiles tree of this workspace.
-  const std::string found = FindRunfilesDir();
-  CHECK_THAT(found, Catch::Matchers::EndsWith(".runfiles/learner_aggregator"));
-  struct stat info;
-  CHECK(stat(found.c_str(), &info) == 0);
+  // `bazel test` sets RUNFILES_DIR: it comes first.
+  const char* runfiles_dir = getenv("RUNFILES_DIR");
+  REQUIRE(runfiles_dir != nullptr);
+  const std::vector<std::string> found = FindRunfilesDirs();
+  REQUIRE_FALSE(found.empty());
+  CHECK(found[0] == std::string(runfiles_dir) + "/learner_aggregator");
+  for (const std::string& dir : found) {
+    CHECK_THAT(dir, Catch::Matchers::EndsWith("/learner_aggregator"));
+  }
 }
 
 TEST_CASE("A worker program is found in the runfiles directory") {
@@ -395,13 +361,13 @@ TEST_CASE("A worker program is found in the runfiles directory") {
   REQUIRE(mkdir((runfiles + "/wm_test_bin").c_str(), 0755) == 0);
   WriteExecutable(runfiles + "/wm_test_bin/hello",
                   "#!/bin/sh\necho \"hello from $0\"\n");
-  Harness harness(/*fake_clock=*/true, runfiles);
+  Harness harness(/*fake_clock=*/true, {runfiles});
   WorkerSpec spec;
   spec.name = "rf";
   spec.command = {"wm_test_bin/hello"};
   spec.restart = RestartPolicy::kNever;
   harness.Apply({spec});
-  CHECK(Logs().WaitFor("[rf-0] hello from") ==
+  CHECK(Logs{}.WaitFor("[rf-0] hello from") ==
         "[rf-0] hello from " + runfiles + "/wm_test_bin/hello");
 
   // Not there either: a failed start naming both places, counted as one.
@@ -466,7 +432,7 @@ TEST_CASE("Restarts older than restart_window do not count") {
   spec.restart_window = milliseconds(10000);
   harness.Apply({spec});
   auto exit_after = [&](milliseconds uptime, int ready_count) {
-    REQUIRE(!Logs().WaitFor("[window-0] ready", ready_count - 1).empty());
+    REQUIRE(!Logs{}.WaitFor("[window-0] ready", ready_count - 1).empty());
     harness.Advance(uptime);
     const pid_t pid = harness.Get("window", 0).pid();
     REQUIRE(pid > 0);
@@ -500,16 +466,16 @@ TEST_CASE("The backoff grows over failed starts and resets after a good one") {
     CHECK(Starts("reset") == starts);
   };
   // Two failed starts: 1s, then 3s.
-  REQUIRE(!Logs().WaitFor("[reset-0] ready", 0).empty());
+  REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 0).empty());
   REQUIRE(kill(harness.Get("reset", 0).pid(), SIGUSR1) == 0);
   harness.WaitForState("reset", 0, pb::WORKER_STATE_BACKOFF, 1);
   restart_after(milliseconds(1000), 2);
-  REQUIRE(!Logs().WaitFor("[reset-0] ready", 1).empty());
+  REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 1).empty());
   REQUIRE(kill(harness.Get("reset", 0).pid(), SIGUSR1) == 0);
   harness.WaitForState("reset", 0, pb::WORKER_STATE_BACKOFF, 2);
   restart_after(milliseconds(3000), 3);
   // This one runs min_uptime: RUNNING exactly then, and the next delay is 1s.
-  REQUIRE(!Logs().WaitFor("[reset-0] ready", 2).empty());
+  REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 2).empty());
   harness.Advance(milliseconds(999));
   CHECK(harness.Get("reset", 0).state() == pb::WORKER_STATE_STARTING);
   harness.Advance(milliseconds(1));
@@ -534,7 +500,7 @@ TEST_CASE(
   CHECK(failed.last_error() ==
         "exit code 3 after 0s, sooner than min_uptime 1s");
 
-  REQUIRE(!Logs().WaitFor("[never-clean-0] ready").empty());
+  REQUIRE(!Logs{}.WaitFor("[never-clean-0] ready").empty());
   harness.Advance(milliseconds(1000));
   REQUIRE(kill(harness.Get("never-clean", 0).pid(), SIGUSR1) == 0);
   const pb::WorkerStatus stopped =
@@ -554,7 +520,7 @@ TEST_CASE("restart: on-failure restarts failures, not a clean exit") {
   WorkerSpec killed = OnUsr1Exit("onf-killed", 0);
   harness.Apply({clean, early, killed});
   for (const char* name : {"onf-clean", "onf-early", "onf-killed"}) {
-    REQUIRE(!Logs().WaitFor(absl::StrCat("[", name, "-0] ready")).empty());
+    REQUIRE(!Logs{}.WaitFor(absl::StrCat("[", name, "-0] ready")).empty());
   }
   // exit 0 sooner than min_uptime is a failed start: restarted.
   REQUIRE(kill(harness.Get("onf-early", 0).pid(), SIGUSR1) == 0);
@@ -583,7 +549,7 @@ TEST_CASE("restart: always restarts a clean exit too") {
     spec.restart = RestartPolicy::kAlways;
     return spec;
   }()});
-  REQUIRE(!Logs().WaitFor("[always-0] ready").empty());
+  REQUIRE(!Logs{}.WaitFor("[always-0] ready").empty());
   harness.Advance(milliseconds(2000));
   CHECK(harness.Get("always", 0).state() == pb::WORKER_STATE_RUNNING);
   REQUIRE(kill(harness.Get("always", 0).pid(), SIGUSR1) == 0);
@@ -592,7 +558,7 @@ TEST_CASE("restart: always restarts a clean exit too") {
   CHECK(status.last_error().empty());
   harness.Advance(milliseconds(1000));
   CHECK(Starts("always") == 2);
-  REQUIRE(!Logs().WaitFor("[always-0] ready", 1).empty());
+  REQUIRE(!Logs{}.WaitFor("[always-0] ready", 1).empty());
   CHECK(harness.Get("always", 0).state() == pb::WORKER_STATE_STARTING);
 }
 
@@ -602,11 +568,11 @@ TEST_CASE("Stdout and stderr lines reach the log with the replica's name") {
       "out", "echo first; echo 'on stderr' >&2; echo second; printf 'tail'");
   spec.restart = RestartPolicy::kNever;
   harness.Apply({spec});
-  CHECK(Logs().WaitFor("[out-0] first") == "[out-0] first");
-  CHECK(Logs().WaitFor("[out-0] on stderr") == "[out-0] on stderr");
-  CHECK(Logs().WaitFor("[out-0] second") == "[out-0] second");
+  CHECK(Logs{}.WaitFor("[out-0] first") == "[out-0] first");
+  CHECK(Logs{}.WaitFor("[out-0] on stderr") == "[out-0] on stderr");
+  CHECK(Logs{}.WaitFor("[out-0] second") == "[out-0] second");
   // A last line without a newline is logged when the stream ends.
-  CHECK(Logs().WaitFor("[out-0] tail") == "[out-0] tail");
+  CHECK(Logs{}.WaitFor("[out-0] tail") == "[out-0] tail");
   harness.WaitForState("out", 0, pb::WORKER_STATE_FAILED);
 }
 
@@ -617,7 +583,7 @@ TEST_CASE("A worker ignoring SIGTERM is killed after stop_timeout") {
   spec.stop_timeout = milliseconds(5000);
   harness.Apply({spec});
   const pid_t grandchild =
-      PidInLine(Logs().WaitFor("[stubborn-0] grandchild "));
+      PidInLine(Logs{}.WaitFor("[stubborn-0] grandchild "));
   const pid_t pid = harness.Get("stubborn", 0).pid();
   REQUIRE(pid > 0);
 
@@ -631,7 +597,7 @@ TEST_CASE("A worker ignoring SIGTERM is killed after stop_timeout") {
   CHECK(ExitsWithin(pid, kLongWait));
   CHECK(ExitsWithin(grandchild, kLongWait));
   CHECK(harness.WaitFor([](const auto& all) { return all.empty(); }));
-  CHECK(Logs().Count("worker stubborn-0 (pid " + std::to_string(pid) +
+  CHECK(Logs{}.Count("worker stubborn-0 (pid " + std::to_string(pid) +
                      ") did not stop within 5s") == 1);
   CHECK(ZombieChildren().empty());
 }
@@ -646,8 +612,8 @@ TEST_CASE("Shutdown kills at stop_timeout or the deadline, whichever first") {
       Shell("slow-kill", "trap '' TERM; echo ready; sleep 1000 & wait");
   slow.stop_timeout = milliseconds(3600 * 1000);
   harness.Apply({quick, slow});
-  REQUIRE(!Logs().WaitFor("[quick-kill-0] ready").empty());
-  REQUIRE(!Logs().WaitFor("[slow-kill-0] ready").empty());
+  REQUIRE(!Logs{}.WaitFor("[quick-kill-0] ready").empty());
+  REQUIRE(!Logs{}.WaitFor("[slow-kill-0] ready").empty());
   const pid_t quick_pid = harness.Get("quick-kill", 0).pid();
   const pid_t slow_pid = harness.Get("slow-kill", 0).pid();
 
@@ -656,9 +622,9 @@ TEST_CASE("Shutdown kills at stop_timeout or the deadline, whichever first") {
   const auto took = Clock::now() - start;
   CHECK(took >= milliseconds(1500));
   CHECK(took < milliseconds(1500) + seconds(5));
-  CHECK(Logs().Count("worker quick-kill-0 (pid " + std::to_string(quick_pid) +
+  CHECK(Logs{}.Count("worker quick-kill-0 (pid " + std::to_string(quick_pid) +
                      ") did not stop within 200ms") == 1);
-  CHECK(Logs().Count("worker slow-kill-0 (pid " + std::to_string(slow_pid) +
+  CHECK(Logs{}.Count("worker slow-kill-0 (pid " + std::to_string(slow_pid) +
                      "): shutdown deadline reached") == 1);
   CHECK(ExitsWithin(quick_pid, milliseconds(0)));
   CHECK(ExitsWithin(slow_pid, milliseconds(0)));
@@ -681,8 +647,8 @@ TEST_CASE("Grandchildren die with their worker, on shutdown and on exit") {
       Shell("orphaner", "sleep 1000 & echo \"grandchild $!\"; exit 3");
   leaves.restart = RestartPolicy::kNever;
   harness.Apply({stays, leaves});
-  const pid_t orphan = PidInLine(Logs().WaitFor("[orphaner-0] grandchild "));
-  const pid_t grandchild = PidInLine(Logs().WaitFor("[family-0] grandchild "));
+  const pid_t orphan = PidInLine(Logs{}.WaitFor("[orphaner-0] grandchild "));
+  const pid_t grandchild = PidInLine(Logs{}.WaitFor("[family-0] grandchild "));
   // The leader exited: what is left of its group is killed.
   harness.WaitForState("orphaner", 0, pb::WORKER_STATE_FAILED);
   CHECK(ExitsWithin(orphan, kLongWait));
@@ -715,7 +681,7 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
                                      {"scale-1", "127.0.0.1:40001"},
                                      {"scale-2", "127.0.0.1:40002"}});
   CHECK(harness.changes() > changes);
-  CHECK(Logs().WaitFor("[scale-2] up 2") == "[scale-2] up 2");
+  CHECK(Logs{}.WaitFor("[scale-2] up 2") == "[scale-2] up 2");
   std::vector<pb::WorkerStatus> status = harness.manager().Status();
   REQUIRE(status.size() == 4);
   CHECK(status[0].index() == 0);
@@ -737,7 +703,7 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
   // Any other change restarts the replicas with fresh counts.
   spec.env = {{"RANK", "r{index}"}};
   harness.Apply({spec, other});
-  CHECK(Logs().WaitFor("[scale-0] up r0") == "[scale-0] up r0");
+  CHECK(Logs{}.WaitFor("[scale-0] up r0") == "[scale-0] up r0");
   CHECK(ExitsWithin(first, kLongWait));
   const pb::WorkerStatus restarted =
       harness.WaitForState("scale", 0, pb::WORKER_STATE_STARTING, 0);
