@@ -263,17 +263,32 @@ std::unique_ptr<Subprocess> StartDaemon(const std::vector<std::string>& args,
   return *std::move(daemon);
 }
 
-// Reads the daemon's log (stderr) until a line contains `text`; returns it.
-std::string ReadLogUntil(Subprocess& daemon, const std::string& text) {
+// Reads the daemon's log (stderr) until, for each of `texts`, a line has
+// contained it (in any order); returns those lines, in the order of `texts`.
+std::vector<std::string> ReadLogUntilAll(
+    Subprocess& daemon, const std::vector<std::string>& texts) {
   const Clock::time_point deadline = Clock::now() + kLongWait;
-  for (;;) {
+  std::vector<std::string> found(texts.size());
+  size_t missing = texts.size();
+  while (missing > 0) {
     absl::StatusOr<std::string> line =
         daemon.ReadLine(deadline, /*from_stderr=*/true);
-    INFO("waiting for \"" << text << "\": " << line.status().ToString());
+    INFO("waiting for " << Catch::rangeToString(texts) << ": "
+                        << line.status().ToString());
     REQUIRE(line.ok());
     UNSCOPED_INFO("aggregatord: " << *line);
-    if (line->find(text) != std::string::npos) return *line;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      if (found[i].empty() && line->find(texts[i]) != std::string::npos) {
+        found[i] = *line;
+        --missing;
+      }
+    }
   }
+  return found;
+}
+
+std::string ReadLogUntil(Subprocess& daemon, const std::string& text) {
+  return ReadLogUntilAll(daemon, {text})[0];
 }
 
 // The pid in a "... (pid N) ..." line.
@@ -290,9 +305,9 @@ pid_t PidIn(const std::string& line) {
 
 std::vector<pid_t> StartSleepers(Subprocess& daemon) {
   std::vector<pid_t> pids;
-  for (int i = 0; i < 2; ++i) {
-    pids.push_back(PidIn(
-        ReadLogUntil(daemon, absl::StrCat("worker sleeper-", i, " started"))));
+  for (const std::string& line : ReadLogUntilAll(
+           daemon, {"worker sleeper-0 started", "worker sleeper-1 started"})) {
+    pids.push_back(PidIn(line));
   }
   for (pid_t pid : pids) REQUIRE(kill(pid, 0) == 0);
   return pids;
@@ -354,17 +369,17 @@ TEST_CASE("The default configuration finds example_learner in the runfiles") {
                         absl::StrCat("port_base: ", port_base, "\n")}}));
   std::unique_ptr<Subprocess> daemon = StartDaemon(
       {"--config", dir + "/aggregator.yaml", "--listen", "127.0.0.1:0"}, dir);
-  const std::string started = ReadLogUntil(*daemon, "worker learner-0 started");
-  CHECK(started.find(".runfiles/learner_aggregator/tools/example_learner "
-                     "--listen 127.0.0.1:" +
-                     std::to_string(port_base)) != std::string::npos);
-  for (int i = 0; i < 2; ++i) {
-    ReadLogUntil(*daemon, absl::StrCat("[learner-", i,
-                                       "] example_learner listening on "
-                                       "127.0.0.1:",
-                                       port_base + i));
-  }
-  ReadLogUntil(*daemon, "serving:");
+  const std::vector<std::string> lines = ReadLogUntilAll(
+      *daemon,
+      {"worker learner-0 started",
+       absl::StrCat("[learner-0] example_learner listening on 127.0.0.1:",
+                    port_base),
+       absl::StrCat("[learner-1] example_learner listening on 127.0.0.1:",
+                    port_base + 1),
+       "serving:"});
+  CHECK(lines[0].find(".runfiles/learner_aggregator/tools/example_learner "
+                      "--listen 127.0.0.1:" +
+                      std::to_string(port_base)) != std::string::npos);
   REQUIRE(daemon->Signal(SIGTERM).ok());
   absl::StatusOr<ExitStatus> exit = daemon->Wait(Clock::now() + kLongWait);
   REQUIRE(exit.ok());

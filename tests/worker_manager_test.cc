@@ -165,6 +165,12 @@ class Harness {
     std::lock_guard<std::mutex> lock(mu_);
     return changes_;
   }
+  // Waits until on_change has been called more than `seen` times.
+  bool WaitForChangesAfter(int seen) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_until(lock, Clock::now() + kLongWait,
+                               [&] { return changes_ > seen; });
+  }
 
   void Apply(std::vector<WorkerSpec> specs) {
     const absl::Status status = manager_->Apply(std::move(specs));
@@ -680,7 +686,8 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
         std::vector<LearnerEndpoint>{{"scale-0", "127.0.0.1:40000"},
                                      {"scale-1", "127.0.0.1:40001"},
                                      {"scale-2", "127.0.0.1:40002"}});
-  CHECK(harness.changes() > changes);
+  // on_change runs on the manager thread after Apply has returned.
+  CHECK(harness.WaitForChangesAfter(changes));
   CHECK(Logs{}.WaitFor("[scale-2] up 2") == "[scale-2] up 2");
   std::vector<pb::WorkerStatus> status = harness.manager().Status();
   REQUIRE(status.size() == 4);
