@@ -45,6 +45,12 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
         raw->FillStatus(status);
       });
 
+  // Before the server starts, so status calls always find it; its workers
+  // start only once the address is bound.
+  WorkerManagerOptions worker_options;
+  worker_options.on_change = [raw] { raw->UpdateLearners(); };
+  self->workers_ = std::make_unique<WorkerManager>(std::move(worker_options));
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -63,11 +69,35 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
         "): the address is invalid or already in use"));
   }
   self->OnReadyChange(0, config.learners.size());
+
+  if (absl::Status status = self->workers_->Apply(config.workers);
+      !status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("cannot start the workers of ",
+                                     config.source, ": ", status.message()));
+  }
+  const size_t worker_learners = self->workers_->LearnerEndpoints().size();
   spdlog::info(
-      "aggregatord listening on {} with {} learner(s), min_learners {}",
-      self->address(), config.learners.size(), config.min_learners);
-  self->pool_->SetLearners(config.learners);
+      "aggregatord listening on {} with {} learner(s) ({} listed, {} learner "
+      "worker replica(s)), {} worker(s), min_learners {}",
+      self->address(), config.learners.size() + worker_learners,
+      config.learners.size(), worker_learners, config.workers.size(),
+      config.min_learners);
+  self->UpdateLearners();
   return self;
+}
+
+void AggregatorServer::UpdateLearners() {
+  std::lock_guard<std::mutex> lock(learners_mu_);
+  // After Shutdown began the pool only drains; the manager is stopping.
+  if (shutting_down_) return;
+  std::vector<LearnerEndpoint> learners = config_.learners;
+  for (LearnerEndpoint& endpoint : workers_->LearnerEndpoints()) {
+    learners.push_back(std::move(endpoint));
+  }
+  if (learner_set_.has_value() && *learner_set_ == learners) return;
+  learner_set_ = learners;
+  pool_->SetLearners(learners);
 }
 
 AggregatorServer::~AggregatorServer() {
@@ -108,6 +138,9 @@ void AggregatorServer::FillStatus(aggregator::v1::AggregatorStatus* status) {
   for (auto& learner : pool_->Status()) {
     *status->add_learners() = std::move(learner);
   }
+  for (auto& worker : workers_->Status()) {
+    *status->add_workers() = std::move(worker);
+  }
   status->set_config_path(config_.source);
   status->set_config_generation(1);
   status->set_ready(ready_.load());
@@ -122,7 +155,15 @@ void AggregatorServer::Shutdown(
   }
   server_->Shutdown(deadline);
   server_->Wait();
+  // The pool goes first, so stopping learner workers is not reported as lost
+  // learners (UpdateLearners no longer touches it once shutting_down_ is set).
   pool_.reset();
+  // Each worker gets its own stop_timeout between SIGTERM and SIGKILL.
+  std::chrono::milliseconds longest_stop(0);
+  for (const WorkerSpec& worker : config_.workers) {
+    longest_stop = std::max(longest_stop, worker.stop_timeout);
+  }
+  workers_->Shutdown(std::chrono::steady_clock::now() + longest_stop);
 }
 
 }  // namespace aggregator

@@ -39,6 +39,11 @@ constexpr size_t kMaxFileBytes = size_t{16} << 20;
 
 constexpr const char* kLogLevels[] = {"trace", "debug",    "info", "warn",
                                       "error", "critical", "off"};
+constexpr const char* kRestartPolicies[] = {"always", "on-failure", "never"};
+constexpr int kMaxPort = 65535;
+// Every replica may need a port of its own.
+constexpr int kMaxReplicas = kMaxPort;
+constexpr char kPortPlaceholder[] = "{port}";
 
 // One value of the document: its node, where errors about it point, and its
 // path ("learners[2].address"; empty for the whole document).
@@ -68,6 +73,37 @@ std::string Quote(absl::string_view text) {
 
 std::string Position(const YAML::Mark& mark) {
   return absl::StrCat(mark.line + 1, ":", mark.column + 1);
+}
+
+bool IsWorkerNameChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+         c == '.' || c == '_';
+}
+
+// A POSIX shell can set it: letters, digits and '_', not starting with a digit.
+bool IsEnvName(absl::string_view name) {
+  if (name.empty() ||
+      absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// Whether `id` is "<name>-<index>" for an index below `replicas`.
+bool IsReplicaId(absl::string_view id, absl::string_view name, int replicas) {
+  if (!absl::ConsumePrefix(&id, name) || !absl::ConsumePrefix(&id, "-")) {
+    return false;
+  }
+  if (id.empty() || id.size() > 5 || (id.size() > 1 && id[0] == '0') ||
+      !std::all_of(id.begin(), id.end(), [](char c) {
+        return absl::ascii_isdigit(static_cast<unsigned char>(c));
+      })) {
+    return false;
+  }
+  int index = 0;
+  return absl::SimpleAtoi(id, &index) && index < replicas;
 }
 
 bool IsHostChar(char c) {
@@ -221,6 +257,8 @@ class Parser {
              }},
             {"learners",
              [&](const Field& f) { ReadLearners(f, &config->learners); }},
+            {"workers",
+             [&](const Field& f) { ReadWorkers(f, &config->workers); }},
             {"min_learners",
              [&](const Field& f) {
                if (ReadInt(f, 0, INT_MAX, &config->min_learners)) {
@@ -250,14 +288,291 @@ class Parser {
              }},
         });
 
+    CheckWorkers(config->workers);
+
     // Only a written min_learners is checked: the default 1 with no learners
-    // listed is kept, since learners may also join later (reload, workers).
-    if (min_learners &&
-        static_cast<size_t>(config->min_learners) > config->learners.size()) {
-      Error(*min_learners,
-            absl::StrCat(config->min_learners,
-                         " is more than the number of learners listed (",
-                         config->learners.size(), ")"));
+    // listed is kept, since learners may also join later (reload).
+    int64_t worker_learners = 0;
+    for (const WorkerSpec& worker : config->workers) {
+      if (worker.learner) worker_learners += worker.replicas;
+    }
+    const int64_t learners =
+        static_cast<int64_t>(config->learners.size()) + worker_learners;
+    if (min_learners && config->min_learners > learners) {
+      Error(
+          *min_learners,
+          worker_learners == 0
+              ? absl::StrCat(config->min_learners,
+                             " is more than the number of learners listed (",
+                             config->learners.size(), ")")
+              : absl::StrCat(config->min_learners,
+                             " is more than the number of learners (",
+                             config->learners.size(), " listed + ",
+                             worker_learners, " replicas of learner workers)"));
+    }
+  }
+
+  // What the checks across workers need: where each worker's fields were.
+  struct WorkerFields {
+    std::optional<Field> name;       // set when the name is valid
+    std::optional<Field> port_base;  // set when port_base is valid
+    bool port_base_written = false;  // valid or not (reported once)
+    std::optional<Field> learner;
+    std::optional<Field> port_use;  // the first value using "{port}"
+  };
+
+  void ReadWorkers(const Field& field, std::vector<WorkerSpec>* workers) {
+    workers->clear();
+    worker_fields_.clear();
+    // Each name and where it first appeared.
+    std::map<std::string, YAML::Mark> first_use;
+    ReadList(field, [&](const Field& item) {
+      if (!item.node.IsMap()) {
+        Error(item,
+              absl::StrCat("expected a map with \"name\" and \"command\", got ",
+                           Describe(item.node)));
+        return;
+      }
+      WorkerSpec& spec = workers->emplace_back();
+      WorkerFields& fields = worker_fields_.emplace_back();
+      auto note_port = [&](const Field& f, absl::string_view text) {
+        if (!fields.port_use && absl::StrContains(text, kPortPlaceholder)) {
+          fields.port_use = f;
+        }
+      };
+      std::optional<Field> name;
+      std::optional<Field> command;
+      ReadMap(
+          item,
+          {
+              {"name", [&](const Field& f) { name = f; }},
+              {"command", [&](const Field& f) { command = f; }},
+              {"replicas",
+               [&](const Field& f) {
+                 ReadInt(f, 0, kMaxReplicas, &spec.replicas);
+               }},
+              {"env",
+               [&](const Field& f) { ReadEnv(f, &spec.env, note_port); }},
+              {"cwd",
+               [&](const Field& f) {
+                 if (!ReadString(f, &spec.cwd)) return;
+                 if (spec.cwd.empty()) {
+                   Error(f,
+                         "must not be empty; omit it to keep the daemon's "
+                         "working directory");
+                 }
+                 note_port(f, spec.cwd);
+               }},
+              {"port_base",
+               [&](const Field& f) {
+                 fields.port_base_written = true;
+                 if (ReadInt(f, 1, kMaxPort, &spec.port_base)) {
+                   fields.port_base = f;
+                 }
+               }},
+              {"restart",
+               [&](const Field& f) {
+                 std::string policy;
+                 ReadOneOf(f, kRestartPolicies, &policy);
+                 if (policy == "always") spec.restart = RestartPolicy::kAlways;
+                 if (policy == "never") spec.restart = RestartPolicy::kNever;
+               }},
+              {"backoff",
+               [&](const Field& f) { ReadWorkerBackoff(f, &spec.backoff); }},
+              {"max_restarts",
+               [&](const Field& f) {
+                 ReadInt(f, 0, INT_MAX, &spec.max_restarts);
+               }},
+              {"restart_window",
+               [&](const Field& f) { ReadDuration(f, &spec.restart_window); }},
+              {"min_uptime",
+               [&](const Field& f) { ReadDuration(f, &spec.min_uptime); }},
+              {"stop_timeout",
+               [&](const Field& f) { ReadDuration(f, &spec.stop_timeout); }},
+              {"learner",
+               [&](const Field& f) {
+                 if (ReadBool(f, &spec.learner)) fields.learner = f;
+               }},
+          });
+
+      if (!name) {
+        Error(item,
+              "missing \"name\" (a unique name of letters, digits, '_', '.' "
+              "and '-')");
+      } else if (ReadString(*name, &spec.name)) {
+        const auto bad = std::find_if_not(spec.name.begin(), spec.name.end(),
+                                          IsWorkerNameChar);
+        if (spec.name.empty()) {
+          Error(*name, "must not be empty");
+        } else if (bad != spec.name.end()) {
+          Error(*name,
+                absl::StrCat(Quote(spec.name), " contains ", Quote({&*bad, 1}),
+                             "; a worker name may only contain "
+                             "letters, digits, '_', '.' and '-'"));
+        } else {
+          auto [it, inserted] = first_use.emplace(spec.name, name->mark);
+          if (inserted) {
+            fields.name = name;
+          } else {
+            Error(*name,
+                  absl::StrCat("duplicate worker name ", Quote(spec.name),
+                               ", first at ", Position(it->second)));
+          }
+        }
+      }
+
+      if (!command) {
+        Error(item,
+              "missing \"command\" (a list: the program, then its "
+              "arguments)");
+      } else if (!command->node.IsSequence()) {
+        Error(*command,
+              absl::StrCat("expected a list: the program, then its arguments "
+                           "(e.g. [python3, learner.py, --port, \"{port}\"]), "
+                           "got ",
+                           Describe(command->node)));
+      } else if (command->node.size() == 0) {
+        Error(*command,
+              "must not be empty: give the program, then its arguments");
+      } else {
+        ReadList(*command, [&](const Field& arg) {
+          std::string text;
+          if (!ReadString(arg, &text)) return;
+          if (spec.command.empty() && text.empty()) {
+            Error(arg, "the program must not be empty");
+          }
+          note_port(arg, text);
+          spec.command.push_back(std::move(text));
+        });
+      }
+    });
+  }
+
+  // `env`: a map of variable names to string values.
+  void ReadEnv(
+      const Field& field, std::vector<std::pair<std::string, std::string>>* env,
+      const std::function<void(const Field&, absl::string_view)>& note_port) {
+    env->clear();
+    if (field.node.IsNull()) return;
+    if (!field.node.IsMap()) {
+      Error(field, absl::StrCat("expected a map of variable names to values, "
+                                "got ",
+                                Describe(field.node)));
+      return;
+    }
+    std::map<std::string, YAML::Mark> seen;
+    for (YAML::const_iterator it = field.node.begin(); it != field.node.end();
+         ++it) {
+      const YAML::Node key = it->first;
+      if (!key.IsScalar()) {
+        Error(key.Mark(), field.path,
+              absl::StrCat("keys must be variable names, got ", Describe(key)));
+        continue;
+      }
+      const std::string& name = key.Scalar();
+      const std::string path = absl::StrCat(field.path, ".", name);
+      if (!IsEnvName(name)) {
+        Error(key.Mark(), path,
+              "not a variable name: letters, digits and '_', not starting "
+              "with a digit");
+        continue;
+      }
+      auto [first, inserted] = seen.emplace(name, key.Mark());
+      if (!inserted) {
+        Error(
+            key.Mark(), path,
+            absl::StrCat("duplicate key, first at ", Position(first->second)));
+        continue;
+      }
+      const YAML::Node value = it->second;
+      const Field value_field{value, value.IsNull() ? key.Mark() : value.Mark(),
+                              path};
+      std::string text;
+      if (!ReadString(value_field, &text)) continue;
+      note_port(value_field, text);
+      env->emplace_back(name, std::move(text));
+    }
+  }
+
+  void ReadWorkerBackoff(const Field& field, WorkerBackoffOptions* backoff) {
+    std::optional<Field> initial;
+    std::optional<Field> max;
+    bool bad = false;  // An invalid duration is reported once, not compared.
+    ReadMap(field, {
+                       {"initial",
+                        [&](const Field& f) {
+                          initial = f;
+                          bad |= !ReadDuration(f, &backoff->initial);
+                        }},
+                       {"multiplier",
+                        [&](const Field& f) {
+                          ReadNumber(f, 1, HUGE_VAL, &backoff->multiplier);
+                        }},
+                       {"max",
+                        [&](const Field& f) {
+                          max = f;
+                          bad |= !ReadDuration(f, &backoff->max);
+                        }},
+                   });
+    if (!bad) {
+      CheckMaxNotBelowInitial(field, initial, max, backoff->initial,
+                              backoff->max);
+    }
+  }
+
+  // The checks that need every worker (and `learners:`) read.
+  void CheckWorkers(const std::vector<WorkerSpec>& workers) {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      const WorkerSpec& spec = workers[i];
+      const WorkerFields& fields = worker_fields_[i];
+      if (fields.port_use && !fields.port_base_written) {
+        Error(*fields.port_use,
+              absl::StrCat("uses {port}, which needs port_base (the port of "
+                           "replica 0; replica i gets port_base + i)"));
+      }
+      if (spec.learner && !fields.port_base_written && fields.learner) {
+        Error(*fields.learner,
+              "a learner worker needs port_base: replica i serves on "
+              "127.0.0.1:{port}, where {port} is port_base + i");
+      }
+      if (fields.port_base && spec.replicas > 0) {
+        const int64_t last = int64_t{spec.port_base} + spec.replicas - 1;
+        if (last > kMaxPort) {
+          Error(*fields.port_base,
+                absl::StrCat("port_base ", spec.port_base, " with ",
+                             spec.replicas, " replicas needs ports up to ",
+                             last, ", beyond ", kMaxPort));
+        } else {
+          for (size_t j = 0; j < i; ++j) {
+            const WorkerSpec& other = workers[j];
+            const WorkerFields& other_fields = worker_fields_[j];
+            if (!other_fields.port_base || other.replicas == 0) continue;
+            const int64_t other_last =
+                int64_t{other.port_base} + other.replicas - 1;
+            if (other_last > kMaxPort || spec.port_base > other_last ||
+                other.port_base > last) {
+              continue;
+            }
+            Error(*fields.port_base,
+                  absl::StrCat("ports ", spec.port_base, "-", last,
+                               " overlap the ports of worker ",
+                               Quote(other.name), " (", other.port_base, "-",
+                               other_last, ", port_base at ",
+                               Position(other_fields.port_base->mark), ")"));
+          }
+        }
+      }
+      if (spec.learner && fields.name) {
+        for (const auto& [id, mark] : learner_ids_) {
+          if (IsReplicaId(id, spec.name, spec.replicas)) {
+            Error(*fields.name,
+                  absl::StrCat("the learner id ", Quote(id),
+                               " of one of its replicas is already the id of "
+                               "a learner in `learners`, at ",
+                               Position(mark)));
+          }
+        }
+      }
     }
   }
 
@@ -299,18 +614,30 @@ class Parser {
                bad |= !ReadDuration(f, &backoff->max);
              }},
         });
-    if (bad || backoff->max >= backoff->initial) return;
+    if (!bad) {
+      CheckMaxNotBelowInitial(field, initial, max, backoff->initial,
+                              backoff->max);
+    }
+  }
+
+  // A backoff section's max must not be below its initial delay. Points at max
+  // if it was written, else at initial (above max's default).
+  void CheckMaxNotBelowInitial(const Field& section,
+                               const std::optional<Field>& initial,
+                               const std::optional<Field>& max,
+                               std::chrono::milliseconds initial_value,
+                               std::chrono::milliseconds max_value) {
+    if (max_value >= initial_value) return;
     const std::string max_text =
-        absl::FormatDuration(absl::FromChrono(backoff->max));
+        absl::FormatDuration(absl::FromChrono(max_value));
     const std::string initial_text =
-        absl::FormatDuration(absl::FromChrono(backoff->initial));
-    // Point at max if it was written, else at initial (above max's default).
+        absl::FormatDuration(absl::FromChrono(initial_value));
     if (max) {
-      Error(*max, absl::StrCat("must be at least connect.backoff.initial (",
+      Error(*max, absl::StrCat("must be at least ", section.path, ".initial (",
                                initial_text, "), got ", max_text));
     } else if (initial) {
       Error(*initial,
-            absl::StrCat("must be at most connect.backoff.max (", max_text,
+            absl::StrCat("must be at most ", section.path, ".max (", max_text,
                          ", the default), got ", initial_text));
     }
   }
@@ -318,6 +645,7 @@ class Parser {
   void ReadLearners(const Field& field,
                     std::vector<LearnerEndpoint>* learners) {
     learners->clear();
+    learner_ids_.clear();
     // Each id and where it first appeared.
     std::map<std::string, YAML::Mark> first_use;
     ReadList(field, [&](const Field& item) {
@@ -340,6 +668,7 @@ class Parser {
           Error(*id, "must not be empty");
         } else {
           auto [it, inserted] = first_use.emplace(learner.id, id->mark);
+          if (inserted) learner_ids_.emplace(learner.id, id->mark);
           if (!inserted) {
             Error(*id, absl::StrCat("duplicate learner id ", Quote(learner.id),
                                     ", first at ", Position(it->second)));
@@ -444,6 +773,24 @@ class Parser {
       }
     });
     *out = std::move(names);
+  }
+
+  // YAML 1.2's core-schema booleans only: "yes" and "on" are not accepted.
+  bool ReadBool(const Field& field, bool* out) {
+    if (field.node.IsScalar()) {
+      const std::string& text = field.node.Scalar();
+      if (text == "true" || text == "True" || text == "TRUE") {
+        *out = true;
+        return true;
+      }
+      if (text == "false" || text == "False" || text == "FALSE") {
+        *out = false;
+        return true;
+      }
+    }
+    Error(field,
+          absl::StrCat("expected true or false, got ", Describe(field.node)));
+    return false;
   }
 
   template <size_t N>
@@ -614,6 +961,10 @@ class Parser {
 
   std::string source_;
   std::vector<Problem> errors_;
+  // Where each id of `learners:` was first written.
+  std::map<std::string, YAML::Mark> learner_ids_;
+  // One per entry of config->workers, in the same order.
+  std::vector<WorkerFields> worker_fields_;
 };
 
 // Reads all of `path`, or says why not (errno's text, status code from errno).
@@ -643,6 +994,18 @@ absl::Status ReadFile(const std::string& path, std::string* out) {
 }
 
 }  // namespace
+
+const char* RestartPolicyName(RestartPolicy policy) {
+  switch (policy) {
+    case RestartPolicy::kAlways:
+      return "always";
+    case RestartPolicy::kOnFailure:
+      return "on-failure";
+    case RestartPolicy::kNever:
+      return "never";
+  }
+  return "on-failure";
+}
 
 absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
                                              std::string_view source) {

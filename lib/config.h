@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -47,14 +48,79 @@ struct LearnerEndpoint {
   }
 };
 
+// What a worker replica's restart policy does when its process exits.
+enum class RestartPolicy {
+  kAlways,     // restart after any exit
+  kOnFailure,  // restart after a non-zero exit, a signal, or an early exit
+  kNever,      // never restart
+};
+
+// "always", "on-failure" or "never".
+const char* RestartPolicyName(RestartPolicy policy);
+
+// Delay before restarting a worker replica: `initial`, times `multiplier` after
+// each further failed start, up to `max`. No jitter: replicas restart
+// independently, and exact delays keep restart timing predictable.
+struct WorkerBackoffOptions {
+  std::chrono::milliseconds initial{1000};  // workers[].backoff.initial
+  double multiplier = 2.0;                  // workers[].backoff.multiplier
+  std::chrono::milliseconds max{30000};     // workers[].backoff.max
+
+  bool operator==(const WorkerBackoffOptions& other) const {
+    return initial == other.initial && multiplier == other.multiplier &&
+           max == other.max;
+  }
+};
+
+// One entry of `workers:`: `replicas` local processes of one command, each
+// with its index (0..replicas-1) substituted for "{index}", port_base + index
+// for "{port}" and the name for "{name}" in command, env values and cwd.
+struct WorkerSpec {
+  std::string name;  // unique, non-empty, [A-Za-z0-9_.-]
+  // argv; argv[0] without '/' is looked up on PATH, a relative one with '/' is
+  // resolved by the worker manager (see lib/worker_manager.h).
+  std::vector<std::string> command;
+  int replicas = 1;  // >= 0
+  // Added to (or replacing entries of) the daemon's environment, in file order.
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string cwd;    // empty: the daemon's working directory
+  int port_base = 0;  // 0: not set; else 1..65535 and port_base+replicas-1 too
+  RestartPolicy restart = RestartPolicy::kOnFailure;
+  WorkerBackoffOptions backoff;
+  // More than max_restarts restarts within restart_window: the replica is
+  // failed and no longer restarted.
+  int max_restarts = 5;
+  std::chrono::milliseconds restart_window{60000};
+  // An exit sooner than this after the start counts as a failed start.
+  std::chrono::milliseconds min_uptime{1000};
+  // SIGTERM to the process group, then SIGKILL this long after.
+  std::chrono::milliseconds stop_timeout{10000};
+  // Each replica's 127.0.0.1:{port} joins the learner pool as "<name>-<index>".
+  bool learner = false;
+
+  bool operator==(const WorkerSpec& other) const {
+    return name == other.name && command == other.command &&
+           replicas == other.replicas && env == other.env && cwd == other.cwd &&
+           port_base == other.port_base && restart == other.restart &&
+           backoff == other.backoff && max_restarts == other.max_restarts &&
+           restart_window == other.restart_window &&
+           min_uptime == other.min_uptime &&
+           stop_timeout == other.stop_timeout && learner == other.learner;
+  }
+  bool operator!=(const WorkerSpec& other) const { return !(*this == other); }
+};
+
 struct AggregatorConfig {
   // Where this configuration came from: a file path, or "<embedded default>".
   std::string source;
 
   std::string listen = "127.0.0.1:22272";  // cannot change on reload
   std::vector<LearnerEndpoint> learners;
+  // Local worker processes the daemon runs; learner workers join `learners`.
+  std::vector<WorkerSpec> workers;
   // Ready learners needed before the daemon serves (and for StartTask, GetData,
-  // Learn to proceed). 0 <= min_learners <= number of learners.
+  // Learn to proceed). 0 <= min_learners <= number of learners plus replicas
+  // of learner workers.
   int min_learners = 1;
   ConnectOptions connect;
   // Deadline of every call to a learner (tightened by the caller's own
@@ -73,7 +139,9 @@ struct AggregatorConfig {
 
 // Parses and validates YAML text. `source` names the text in error messages.
 // Unknown keys, wrong types, bad durations ("500ms", "30s", "2m", "1h"), bad
-// addresses, duplicate learner ids and out-of-range numbers are errors. On
+// addresses, duplicate learner ids or worker names, worker learner ids that
+// clash with `learners:`, "{port}" without port_base, overlapping or
+// overflowing worker port ranges and out-of-range numbers are errors. On
 // failure the status is INVALID_ARGUMENT and its message lists every error
 // found, one per line.
 absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,

@@ -109,9 +109,15 @@ TEST_CASE("The embedded default is config/aggregator.yaml and is valid",
   INFO(config.status().ToString());
   REQUIRE(config.ok());
   CHECK(config->source == "<embedded default>");
-  CHECK(config->learners ==
-        std::vector<LearnerEndpoint>{{"learner0", "127.0.0.1:22300"},
-                                     {"learner1", "127.0.0.1:22301"}});
+  CHECK(config->learners.empty());
+  // Two example learners as local workers, written out with every default.
+  WorkerSpec learner;
+  learner.name = "learner";
+  learner.command = {"tools/example_learner", "--listen", "127.0.0.1:{port}"};
+  learner.replicas = 2;
+  learner.port_base = 22300;
+  learner.learner = true;
+  CHECK(config->workers == std::vector<WorkerSpec>{learner});
   CheckDefaults(*config);
 }
 
@@ -332,8 +338,8 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
           "[config]") {
   CHECK(Error("listen: \"127.0.0.1:1\"\nlisten_port: 5\n") ==
         "test.yaml:2:1: listen_port: unknown key; allowed here: listen, "
-        "learners, min_learners, connect, call_timeout, max_message_bytes, "
-        "merge, log");
+        "learners, workers, min_learners, connect, call_timeout, "
+        "max_message_bytes, merge, log");
   CHECK(Error("connect:\n  backoff:\n    jiter: 0.1\n") ==
         "test.yaml:3:5: connect.backoff.jiter: unknown key; allowed here: "
         "initial, multiplier, jitter, max");
@@ -508,6 +514,351 @@ TEST_CASE("Every error is reported, in document order", "[config]") {
              StartsWith("test.yaml:13:14: log.level: expected one of"));
 }
 
+TEST_CASE("Workers: every field is read", "[config][workers]") {
+  AggregatorConfig config = Parse(R"(
+learners:
+  - {id: remote, address: "h:1"}
+workers:
+  - name: learner
+    command: [bin/learner, --port, "{port}", --rank, "{index}"]
+    replicas: 3
+    env: {RANK: "{index}", TAG: "{name}-x", EMPTY: ""}
+    cwd: /var/lib/{name}
+    port_base: 22300
+    restart: always
+    backoff: {initial: 250ms, multiplier: 1.5, max: 1m}
+    max_restarts: 0
+    restart_window: 5m
+    min_uptime: 2s
+    stop_timeout: 500ms
+    learner: true
+  - name: helper.v2_x-1
+    command: [sleep, "1000"]
+    restart: never
+    learner: False
+min_learners: 4
+)");
+  REQUIRE(config.workers.size() == 2);
+  const WorkerSpec& learner = config.workers[0];
+  CHECK(learner.name == "learner");
+  CHECK(learner.command == std::vector<std::string>{"bin/learner", "--port",
+                                                    "{port}", "--rank",
+                                                    "{index}"});
+  CHECK(learner.replicas == 3);
+  CHECK(learner.env ==
+        std::vector<std::pair<std::string, std::string>>{
+            {"RANK", "{index}"}, {"TAG", "{name}-x"}, {"EMPTY", ""}});
+  CHECK(learner.cwd == "/var/lib/{name}");
+  CHECK(learner.port_base == 22300);
+  CHECK(learner.restart == RestartPolicy::kAlways);
+  CHECK(learner.backoff.initial == milliseconds(250));
+  CHECK(learner.backoff.multiplier == 1.5);
+  CHECK(learner.backoff.max == milliseconds(60000));
+  CHECK(learner.max_restarts == 0);
+  CHECK(learner.restart_window == milliseconds(300000));
+  CHECK(learner.min_uptime == milliseconds(2000));
+  CHECK(learner.stop_timeout == milliseconds(500));
+  CHECK(learner.learner);
+  const WorkerSpec& helper = config.workers[1];
+  CHECK(helper.name == "helper.v2_x-1");
+  CHECK(helper.restart == RestartPolicy::kNever);
+  CHECK_FALSE(helper.learner);
+  // 1 listed + 3 learner replicas.
+  CHECK(config.min_learners == 4);
+}
+
+TEST_CASE("Workers: omitted fields take their defaults", "[config][workers]") {
+  AggregatorConfig config = Parse("workers:\n  - {name: w, command: [true]}\n");
+  REQUIRE(config.workers.size() == 1);
+  const WorkerSpec& w = config.workers[0];
+  CHECK(w.command == std::vector<std::string>{"true"});
+  CHECK(w.replicas == 1);
+  CHECK(w.env.empty());
+  CHECK(w.cwd.empty());
+  CHECK(w.port_base == 0);
+  CHECK(w.restart == RestartPolicy::kOnFailure);
+  CHECK(w.backoff ==
+        WorkerBackoffOptions{milliseconds(1000), 2.0, milliseconds(30000)});
+  CHECK(w.max_restarts == 5);
+  CHECK(w.restart_window == milliseconds(60000));
+  CHECK(w.min_uptime == milliseconds(1000));
+  CHECK(w.stop_timeout == milliseconds(10000));
+  CHECK_FALSE(w.learner);
+  CHECK(std::string(RestartPolicyName(w.restart)) == "on-failure");
+  CHECK(Parse("workers:\n").workers.empty());
+  CHECK(Parse("workers: []\n").workers.empty());
+  // replicas: 0 keeps the worker declared but runs nothing.
+  CHECK(Parse("workers: [{name: w, command: [x], replicas: 0}]")
+            .workers.at(0)
+            .replicas == 0);
+}
+
+TEST_CASE("Workers: names are unique and made of safe characters",
+          "[config][workers]") {
+  CHECK(Error("workers:\n"
+              "  - name: a\n"
+              "    command: [x]\n"
+              "  - name: a\n"
+              "    command: [y]\n") ==
+        "test.yaml:4:11: workers[1].name: duplicate worker name \"a\", first "
+        "at 2:11");
+  CHECK(Error("workers:\n  - name: \"a b\"\n    command: [x]\n") ==
+        "test.yaml:2:11: workers[0].name: \"a b\" contains \" \"; a worker "
+        "name may only contain letters, digits, '_', '.' and '-'");
+  CHECK(Error("workers:\n  - name: a/b\n    command: [x]\n") ==
+        "test.yaml:2:11: workers[0].name: \"a/b\" contains \"/\"; a worker "
+        "name may only contain letters, digits, '_', '.' and '-'");
+  CHECK(Error("workers:\n  - name: \"\"\n    command: [x]\n") ==
+        "test.yaml:2:11: workers[0].name: must not be empty");
+  CHECK(Error("workers:\n  - command: [x]\n") ==
+        "test.yaml:2:5: workers[0]: missing \"name\" (a unique name of "
+        "letters, digits, '_', '.' and '-')");
+  CHECK(Error("workers:\n  - name: [a]\n    command: [x]\n") ==
+        "test.yaml:2:11: workers[0].name: expected a string, got a list");
+}
+
+TEST_CASE("Workers: the command is a non-empty list of strings",
+          "[config][workers]") {
+  CHECK(Error("workers:\n  - name: a\n") ==
+        "test.yaml:2:5: workers[0]: missing \"command\" (a list: the program, "
+        "then its arguments)");
+  CHECK(Error("workers:\n  - name: a\n    command: \"python3 l.py\"\n") ==
+        "test.yaml:3:14: workers[0].command: expected a list: the program, "
+        "then its arguments (e.g. [python3, learner.py, --port, \"{port}\"]), "
+        "got \"python3 l.py\"");
+  CHECK(Error("workers:\n  - name: a\n    command: []\n") ==
+        "test.yaml:3:14: workers[0].command: must not be empty: give the "
+        "program, then its arguments");
+  CHECK(Error("workers:\n  - name: a\n    command: [x, {k: v}]\n") ==
+        "test.yaml:3:18: workers[0].command[1]: expected a string, got a map");
+  CHECK(Error("workers:\n  - name: a\n    command: [\"\", x]\n") ==
+        "test.yaml:3:15: workers[0].command[0]: the program must not be "
+        "empty");
+  // An empty argument after the program is fine.
+  CHECK(Parse("workers: [{name: a, command: [x, \"\"]}]").workers[0].command ==
+        std::vector<std::string>{"x", ""});
+}
+
+TEST_CASE("Workers: wrong types and ranges point at the value",
+          "[config][workers]") {
+  const std::string head = "workers:\n  - name: a\n    command: [x]\n";
+  // Line 4, column 5 + key length + 2: the value after "    <key>: ".
+  CHECK(Error("workers: sleep\n") ==
+        "test.yaml:1:10: workers: expected a list, got \"sleep\"");
+  CHECK(Error("workers:\n  - sleep\n") ==
+        "test.yaml:2:5: workers[0]: expected a map with \"name\" and "
+        "\"command\", got \"sleep\"");
+  CHECK(Error(head + "    replicas: -1\n") ==
+        "test.yaml:4:15: workers[0].replicas: must be from 0 to 65535, got -1");
+  CHECK(Error(head + "    replicas: many\n") ==
+        "test.yaml:4:15: workers[0].replicas: expected an integer, got "
+        "\"many\"");
+  CHECK(Error(head + "    port_base: 0\n") ==
+        "test.yaml:4:16: workers[0].port_base: must be from 1 to 65535, got 0");
+  CHECK(Error(head + "    port_base: 65536\n") ==
+        "test.yaml:4:16: workers[0].port_base: must be from 1 to 65535, got "
+        "65536");
+  CHECK(Error(head + "    restart: sometimes\n") ==
+        "test.yaml:4:14: workers[0].restart: expected one of always, "
+        "on-failure, never, got \"sometimes\"");
+  CHECK(Error(head + "    restart: on_failure\n") ==
+        "test.yaml:4:14: workers[0].restart: expected one of always, "
+        "on-failure, never, got \"on_failure\"");
+  CHECK(Error(head + "    learner: yes\n") ==
+        "test.yaml:4:14: workers[0].learner: expected true or false, got "
+        "\"yes\"");
+  CHECK(Error(head + "    max_restarts: -1\n") ==
+        "test.yaml:4:19: workers[0].max_restarts: must be from 0 to "
+        "2147483647, got -1");
+  CHECK(Error(head + "    min_uptime: 1\n") ==
+        "test.yaml:4:17: workers[0].min_uptime: \"1\" has no unit; durations "
+        "need one, e.g. \"1s\" or \"1ms\"");
+  CHECK(Error(head + "    stop_timeout: 0s\n") ==
+        "test.yaml:4:19: workers[0].stop_timeout: must be positive, got "
+        "\"0s\"");
+  CHECK_THAT(Error(head + "    restart_window: forever\n"),
+             StartsWith("test.yaml:4:21: workers[0].restart_window: expected "
+                        "a duration with a unit"));
+  CHECK(Error(head + "    cwd: \"\"\n") ==
+        "test.yaml:4:10: workers[0].cwd: must not be empty; omit it to keep "
+        "the daemon's working directory");
+  CHECK(Error(head + "    cwd: [a]\n") ==
+        "test.yaml:4:10: workers[0].cwd: expected a string, got a list");
+  CHECK(Error(head + "    replica: 2\n") ==
+        "test.yaml:4:5: workers[0].replica: unknown key; allowed here: name, "
+        "command, replicas, env, cwd, port_base, restart, backoff, "
+        "max_restarts, restart_window, min_uptime, stop_timeout, learner");
+  CHECK(Error(head + "    replicas: 1\n    replicas: 2\n") ==
+        "test.yaml:5:5: workers[0].replicas: duplicate key, first at 4:5");
+}
+
+TEST_CASE("Workers: env is a map of variable names to strings",
+          "[config][workers]") {
+  const std::string head = "workers:\n  - name: a\n    command: [x]\n";
+  CHECK(Error(head + "    env: [A=1]\n") ==
+        "test.yaml:4:10: workers[0].env: expected a map of variable names to "
+        "values, got a list");
+  CHECK(Error(head + "    env:\n      1X: a\n") ==
+        "test.yaml:5:7: workers[0].env.1X: not a variable name: letters, "
+        "digits and '_', not starting with a digit");
+  CHECK(Error(head + "    env:\n      \"A=B\": a\n") ==
+        "test.yaml:5:7: workers[0].env.A=B: not a variable name: letters, "
+        "digits and '_', not starting with a digit");
+  CHECK(Error(head + "    env:\n      A: [1]\n") ==
+        "test.yaml:5:10: workers[0].env.A: expected a string, got a list");
+  CHECK(Error(head + "    env:\n      A: x\n      A: y\n") ==
+        "test.yaml:6:7: workers[0].env.A: duplicate key, first at 5:7");
+  CHECK(Error(head + "    env:\n      A:\n") ==
+        "test.yaml:5:7: workers[0].env.A: expected a string, got nothing");
+  // Scalars are strings: numbers keep their text.
+  CHECK(Parse(head + "    env: {N: 007}\n").workers[0].env ==
+        std::vector<std::pair<std::string, std::string>>{{"N", "007"}});
+}
+
+TEST_CASE("Workers: backoff max must not be below initial",
+          "[config][workers]") {
+  const std::string head = "workers:\n  - name: a\n    command: [x]\n";
+  CHECK(Error(head + "    backoff: {initial: 10s, max: 5s}\n") ==
+        "test.yaml:4:34: workers[0].backoff.max: must be at least "
+        "workers[0].backoff.initial (10s), got 5s");
+  CHECK(Error(head + "    backoff: {initial: 1m}\n") ==
+        "test.yaml:4:24: workers[0].backoff.initial: must be at most "
+        "workers[0].backoff.max (30s, the default), got 1m");
+  CHECK(Error(head + "    backoff: {multiplier: 0.9}\n") ==
+        "test.yaml:4:27: workers[0].backoff.multiplier: must be at least 1, "
+        "got 0.9");
+  CHECK(Error(head + "    backoff: {jitter: 0.1}\n") ==
+        "test.yaml:4:15: workers[0].backoff.jitter: unknown key; allowed "
+        "here: initial, multiplier, max");
+}
+
+TEST_CASE("Workers: ports need port_base and must fit", "[config][workers]") {
+  CHECK(Error("workers:\n"
+              "  - name: a\n"
+              "    command: [x, --port, \"{port}\"]\n") ==
+        "test.yaml:3:26: workers[0].command[2]: uses {port}, which needs "
+        "port_base (the port of replica 0; replica i gets port_base + i)");
+  CHECK(Error("workers:\n"
+              "  - name: a\n"
+              "    command: [x]\n"
+              "    env: {ADDR: \"127.0.0.1:{port}\"}\n") ==
+        "test.yaml:4:17: workers[0].env.ADDR: uses {port}, which needs "
+        "port_base (the port of replica 0; replica i gets port_base + i)");
+  CHECK(Error("workers:\n"
+              "  - name: a\n"
+              "    command: [x]\n"
+              "    cwd: /run/{port}\n") ==
+        "test.yaml:4:10: workers[0].cwd: uses {port}, which needs port_base "
+        "(the port of replica 0; replica i gets port_base + i)");
+  CHECK(Error("workers:\n"
+              "  - name: a\n"
+              "    command: [x]\n"
+              "    learner: true\n") ==
+        "test.yaml:4:14: workers[0].learner: a learner worker needs "
+        "port_base: replica i serves on 127.0.0.1:{port}, where {port} is "
+        "port_base + i");
+  // A bad port_base is reported once, not also as missing.
+  CHECK(Error("workers:\n"
+              "  - name: a\n"
+              "    command: [x, \"{port}\"]\n"
+              "    port_base: -5\n"
+              "    learner: true\n") ==
+        "test.yaml:4:16: workers[0].port_base: must be from 1 to 65535, got "
+        "-5");
+  CHECK(Error("workers:\n"
+              "  - name: a\n"
+              "    command: [x]\n"
+              "    replicas: 2\n"
+              "    port_base: 65535\n") ==
+        "test.yaml:5:16: workers[0].port_base: port_base 65535 with 2 "
+        "replicas needs ports up to 65536, beyond 65535");
+  CHECK(Parse("workers: [{name: a, command: [x], replicas: 1, port_base: "
+              "65535}]")
+            .workers[0]
+            .port_base == 65535);
+  CHECK(Error("workers:\n"
+              "  - {name: a, command: [x], replicas: 2, port_base: 22300}\n"
+              "  - {name: b, command: [x], replicas: 1, port_base: 22301}\n") ==
+        "test.yaml:3:53: workers[1].port_base: ports 22301-22301 overlap the "
+        "ports of worker \"a\" (22300-22301, port_base at 2:53)");
+  // Adjacent ranges and replicas: 0 do not overlap.
+  CHECK(Parse("workers:\n"
+              "  - {name: a, command: [x], replicas: 2, port_base: 22300}\n"
+              "  - {name: b, command: [x], replicas: 1, port_base: 22302}\n"
+              "  - {name: c, command: [x], replicas: 0, port_base: 22300}\n")
+            .workers.size() == 3);
+  // Braces that are not a placeholder are kept and need nothing.
+  CHECK(Parse("workers: [{name: a, command: [sh, -c, \"f() { :; }; f\"]}]")
+            .workers.size() == 1);
+}
+
+TEST_CASE("Workers: learner ids must not clash with learners",
+          "[config][workers]") {
+  CHECK(Error("learners:\n"
+              "  - {id: learner-1, address: \"h:1\"}\n"
+              "workers:\n"
+              "  - name: learner\n"
+              "    command: [x]\n"
+              "    replicas: 2\n"
+              "    port_base: 22300\n"
+              "    learner: true\n") ==
+        "test.yaml:4:11: workers[0].name: the learner id \"learner-1\" of one "
+        "of its replicas is already the id of a learner in `learners`, at "
+        "2:10");
+  // Only ids of existing replicas, and only of learner workers, count.
+  for (const char* ok : {"learner-2", "learner-01", "learner-", "learner"}) {
+    INFO(ok);
+    CHECK(Parse(std::string("learners: [{id: ") + ok +
+                ", address: \"h:1\"}]\n"
+                "workers: [{name: learner, command: [x], replicas: 2, "
+                "port_base: 22300, learner: true}]\n")
+              .workers.size() == 1);
+  }
+  CHECK(Parse("learners: [{id: w-0, address: \"h:1\"}]\n"
+              "workers: [{name: w, command: [x]}]\n")
+            .workers.size() == 1);
+}
+
+TEST_CASE("Workers: min_learners counts learner worker replicas",
+          "[config][workers]") {
+  const std::string yaml =
+      "learners: [{id: r, address: \"h:1\"}]\n"
+      "workers:\n"
+      "  - {name: l, command: [x], replicas: 2, port_base: 22300, learner: "
+      "true}\n"
+      "  - {name: other, command: [x], replicas: 5}\n";
+  CHECK(Parse(yaml + "min_learners: 3\n").min_learners == 3);
+  CHECK(Error(yaml + "min_learners: 4\n") ==
+        "test.yaml:5:15: min_learners: 4 is more than the number of learners "
+        "(1 listed + 2 replicas of learner workers)");
+}
+
+TEST_CASE("Workers: every error is reported, in document order",
+          "[config][workers]") {
+  const std::vector<std::string> errors = Errors(
+      "workers:\n"                               // 1
+      "  - name: a\n"                            // 2
+      "    command: [x, \"{port}\"]\n"           // 3: {port}, no port_base
+      "    restart: maybe\n"                     // 4: bad policy
+      "  - name: a\n"                            // 5: duplicate
+      "    command: []\n"                        // 6: empty command
+      "  - name: b\n"                            // 7
+      "    command: [y]\n"                       // 8
+      "    backoff: {initial: 2m, max: 1m}\n");  // 9: max < initial
+  INFO(Catch::rangeToString(errors));
+  REQUIRE(errors.size() == 5);
+  CHECK_THAT(errors[0], StartsWith("test.yaml:3:18: workers[0].command[1]: "
+                                   "uses {port}"));
+  CHECK_THAT(errors[1],
+             StartsWith("test.yaml:4:14: workers[0].restart: expected one"));
+  CHECK_THAT(errors[2], StartsWith("test.yaml:5:11: workers[1].name: "
+                                   "duplicate worker name"));
+  CHECK_THAT(errors[3], StartsWith("test.yaml:6:14: workers[1].command: must "
+                                   "not be empty"));
+  CHECK_THAT(errors[4], StartsWith("test.yaml:9:33: workers[2].backoff.max: "
+                                   "must be at least"));
+}
+
 TEST_CASE("Only one YAML document is allowed", "[config]") {
   CHECK(Error("listen: \"h:1\"\n---\nlisten: \"h:2\"\n") ==
         "test.yaml:3:1: only one YAML document is allowed; remove the \"---\" "
@@ -542,7 +893,8 @@ TEST_CASE("LoadConfigFile reads a file and names it", "[config]") {
   INFO(config.status().ToString());
   REQUIRE(config.ok());
   CHECK(config->source == "config/aggregator.yaml");
-  CHECK(config->learners.size() == 2);
+  REQUIRE(config->workers.size() == 1);
+  CHECK(config->workers[0].replicas == 2);
 }
 
 TEST_CASE("LoadConfigFile reports a file it cannot read", "[config]") {

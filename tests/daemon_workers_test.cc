@@ -1,0 +1,390 @@
+// Local workers in the running aggregator: example learners started as learner
+// workers join the pool and serve through the aggregator, a killed one is
+// restarted and the pool recovers; the aggregatord binary's workers die with
+// it (SIGKILL) or are stopped by it (SIGTERM); the default configuration finds
+// tools/example_learner through aggregatord's runfiles. Every wait has a
+// deadline: health watches, log lines and pidfds, never sleeps.
+#include <grpcpp/grpcpp.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+// glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
+extern "C" {
+#include <sys/pidfd.h>
+}
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "lib/aggregator_server.h"
+#include "lib/config.h"
+#include "lib/subprocess.h"
+#include "proto/admin.grpc.pb.h"
+#include "proto/learner.grpc.pb.h"
+#include "tests/log_capture.h"
+
+namespace aggregator {
+namespace {
+
+namespace pb = aggregator::v1;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Starting processes and connecting to them on a loaded machine.
+constexpr seconds kLongWait(20);
+
+std::chrono::system_clock::time_point RpcDeadline() {
+  return std::chrono::system_clock::now() + kLongWait;
+}
+
+// A port p with p and p + 1 both free on loopback right now (bound, then
+// released for the workers to take).
+int FreePortPair() {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int first = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int second = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(first >= 0);
+    REQUIRE(second >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(first, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    socklen_t len = sizeof(addr);
+    REQUIRE(getsockname(first, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    const int port = ntohs(addr.sin_port);
+    addr.sin_port = htons(port + 1);
+    const bool both =
+        port < 65535 &&
+        bind(second, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(first);
+    close(second);
+    if (both) return port;
+  }
+  FAIL("no two consecutive free loopback ports in 100 attempts");
+  return 0;
+}
+
+// Waits through a pidfd (which works for any process) until `pid` has exited.
+bool ExitsWithin(pid_t pid, Clock::duration timeout) {
+  const int pidfd = pidfd_open(pid, 0);
+  if (pidfd < 0) return errno == ESRCH;
+  struct pollfd pfd = {pidfd, POLLIN, 0};
+  const int ready =
+      poll(&pfd, 1,
+           static_cast<int>(
+               std::chrono::duration_cast<milliseconds>(timeout).count()));
+  close(pidfd);
+  return ready == 1;
+}
+
+std::string MakeTempDir() {
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") +
+                    "/daemon_workers_test.XXXXXX";
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  char resolved[PATH_MAX];
+  REQUIRE(realpath(dir.c_str(), resolved) != nullptr);
+  return resolved;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  REQUIRE(out.good());
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(in);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+std::string WorkingDirectory() {
+  char cwd[PATH_MAX];
+  REQUIRE(getcwd(cwd, sizeof(cwd)) != nullptr);
+  return cwd;
+}
+
+int64_t GetDataBatchSize(pb::Learner::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(RpcDeadline());
+  pb::DataDemand demand;
+  const grpc::Status status =
+      stub.GetData(&context, pb::GetDataRequest(), &demand);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  return demand.batch_size();
+}
+
+pb::AggregatorStatus GetStatus(const std::string& address) {
+  auto admin = pb::AggregatorAdmin::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(RpcDeadline());
+  pb::AggregatorStatus status;
+  const grpc::Status rpc =
+      admin->GetStatus(&context, pb::GetStatusRequest(), &status);
+  INFO(rpc.error_message());
+  REQUIRE(rpc.ok());
+  return status;
+}
+
+// Reads health updates of the Learner service until one says `wanted`.
+void WaitForHealth(grpc::ClientReaderInterface<HealthCheckResponse>& stream,
+                   HealthCheckResponse::ServingStatus wanted) {
+  HealthCheckResponse response;
+  while (stream.Read(&response)) {
+    if (response.status() == wanted) return;
+  }
+  FAIL("the health watch ended before "
+       << HealthCheckResponse::ServingStatus_Name(wanted));
+}
+
+TEST_CASE("Learner workers serve through the aggregator and are restarted") {
+  testing::CapturedLogs();
+  const int port_base = FreePortPair();
+  AggregatorConfig config;
+  config.source = "daemon_workers_test";
+  config.listen = "127.0.0.1:0";
+  config.min_learners = 2;
+  config.connect.timeout = milliseconds(10000);
+  config.connect.backoff =
+      BackoffOptions{milliseconds(50), 1.6, 0.0, milliseconds(200)};
+  config.call_timeout = milliseconds(5000);
+  WorkerSpec learner;
+  learner.name = "learner";
+  // A data dependency: in the test's runfiles, the working directory.
+  learner.command = {"tools/example_learner", "--listen", "127.0.0.1:{port}"};
+  learner.replicas = 2;
+  learner.port_base = port_base;
+  learner.learner = true;
+  // Long enough for the pool to see the old connection drop first.
+  learner.backoff = {milliseconds(500), 2.0, milliseconds(5000)};
+  learner.min_uptime = milliseconds(200);
+  learner.stop_timeout = milliseconds(5000);
+  config.workers = {learner};
+
+  absl::StatusOr<std::unique_ptr<AggregatorServer>> started =
+      AggregatorServer::Start(config);
+  INFO(started.status().ToString());
+  REQUIRE(started.ok());
+  AggregatorServer& server = **started;
+  REQUIRE(server.WaitUntilReady(Clock::now() + kLongWait));
+  auto channel =
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
+  auto stub = pb::Learner::NewStub(channel);
+  CHECK(GetDataBatchSize(*stub) == 64);
+
+  pb::AggregatorStatus status = GetStatus(server.address());
+  REQUIRE(status.workers_size() == 2);
+  REQUIRE(status.learners_size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(status.workers(i).name() == "learner");
+    CHECK(status.workers(i).index() == i);
+    CHECK(status.workers(i).pid() > 0);
+    CHECK(status.workers(i).restarts() == 0);
+    CHECK(status.learners(i).id() == absl::StrCat("learner-", i));
+    CHECK(status.learners(i).address() ==
+          absl::StrCat("127.0.0.1:", port_base + i));
+    CHECK(status.learners(i).state() == pb::LEARNER_STATE_READY);
+  }
+  const pid_t killed = status.workers(1).pid();
+
+  // Watch readiness: SERVING now, NOT_SERVING when the pool loses the killed
+  // learner, SERVING again once its restarted replica is connected.
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext watch;
+  watch.set_deadline(RpcDeadline());
+  HealthCheckRequest request;
+  request.set_service("aggregator.v1.Learner");
+  auto stream = health->Watch(&watch, request);
+  WaitForHealth(*stream, HealthCheckResponse::SERVING);
+  REQUIRE(kill(killed, SIGKILL) == 0);
+  WaitForHealth(*stream, HealthCheckResponse::NOT_SERVING);
+  WaitForHealth(*stream, HealthCheckResponse::SERVING);
+  watch.TryCancel();
+  (void)stream->Finish();
+
+  CHECK(GetDataBatchSize(*stub) == 64);
+  status = GetStatus(server.address());
+  REQUIRE(status.workers_size() == 2);
+  CHECK(status.workers(0).restarts() == 0);
+  CHECK(status.workers(1).restarts() == 1);
+  CHECK(status.workers(1).pid() > 0);
+  CHECK(status.workers(1).pid() != killed);
+  CHECK_THAT(status.workers(1).last_error(),
+             Catch::Matchers::StartsWith("killed by SIGKILL after "));
+  CHECK(testing::CapturedLogs()
+            .WaitFor(absl::StrCat("[learner-1] example_learner listening on "
+                                  "127.0.0.1:",
+                                  port_base + 1),
+                     1, Clock::now() + kLongWait)
+            .size() > 0);
+
+  const std::vector<pb::WorkerStatus> workers = server.workers().Status();
+  server.Shutdown(std::chrono::system_clock::now() + seconds(5));
+  for (const pb::WorkerStatus& worker : workers) {
+    CHECK(ExitsWithin(worker.pid(), milliseconds(0)));
+  }
+  for (const pb::WorkerStatus& worker : server.workers().Status()) {
+    CHECK(worker.state() == pb::WORKER_STATE_STOPPED);
+    CHECK(worker.pid() == 0);
+  }
+}
+
+// aggregatord (a data dependency) run as a child with `args`, in `cwd`.
+std::unique_ptr<Subprocess> StartDaemon(const std::vector<std::string>& args,
+                                        const std::string& cwd) {
+  SubprocessOptions options;
+  options.argv = {WorkingDirectory() + "/daemon/aggregatord"};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.cwd = cwd;
+  absl::StatusOr<std::unique_ptr<Subprocess>> daemon =
+      Subprocess::Start(options);
+  INFO(daemon.status().ToString());
+  REQUIRE(daemon.ok());
+  return *std::move(daemon);
+}
+
+// Reads the daemon's log (stderr) until, for each of `texts`, a line has
+// contained it (in any order); returns those lines, in the order of `texts`.
+std::vector<std::string> ReadLogUntilAll(
+    Subprocess& daemon, const std::vector<std::string>& texts) {
+  const Clock::time_point deadline = Clock::now() + kLongWait;
+  std::vector<std::string> found(texts.size());
+  size_t missing = texts.size();
+  while (missing > 0) {
+    absl::StatusOr<std::string> line =
+        daemon.ReadLine(deadline, /*from_stderr=*/true);
+    INFO("waiting for " << Catch::rangeToString(texts) << ": "
+                        << line.status().ToString());
+    REQUIRE(line.ok());
+    UNSCOPED_INFO("aggregatord: " << *line);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      if (found[i].empty() && line->find(texts[i]) != std::string::npos) {
+        found[i] = *line;
+        --missing;
+      }
+    }
+  }
+  return found;
+}
+
+std::string ReadLogUntil(Subprocess& daemon, const std::string& text) {
+  return ReadLogUntilAll(daemon, {text})[0];
+}
+
+// The pid in a "... (pid N) ..." line.
+pid_t PidIn(const std::string& line) {
+  const std::string marker = "(pid ";
+  const size_t start = line.find(marker);
+  REQUIRE(start != std::string::npos);
+  const size_t end = line.find(')', start);
+  int pid = 0;
+  REQUIRE(absl::SimpleAtoi(
+      line.substr(start + marker.size(), end - start - marker.size()), &pid));
+  return pid;
+}
+
+std::vector<pid_t> StartSleepers(Subprocess& daemon) {
+  std::vector<pid_t> pids;
+  for (const std::string& line : ReadLogUntilAll(
+           daemon, {"worker sleeper-0 started", "worker sleeper-1 started"})) {
+    pids.push_back(PidIn(line));
+  }
+  for (pid_t pid : pids) REQUIRE(kill(pid, 0) == 0);
+  return pids;
+}
+
+constexpr char kSleepersConfig[] =
+    "listen: \"127.0.0.1:0\"\n"
+    "min_learners: 0\n"
+    "workers:\n"
+    "  - name: sleeper\n"
+    "    command: [sleep, \"1000\"]\n"
+    "    replicas: 2\n";
+
+TEST_CASE("Workers die with a SIGKILLed aggregatord") {
+  const std::string dir = MakeTempDir();
+  WriteText(dir + "/aggregator.yaml", kSleepersConfig);
+  std::unique_ptr<Subprocess> daemon =
+      StartDaemon({"--config", dir + "/aggregator.yaml"}, dir);
+  const std::vector<pid_t> workers = StartSleepers(*daemon);
+
+  // Only the daemon: the workers lead process groups of their own.
+  REQUIRE(daemon->Signal(SIGKILL).ok());
+  absl::StatusOr<ExitStatus> exit = daemon->Wait(Clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->signal == SIGKILL);
+  for (pid_t pid : workers) {
+    INFO("worker pid " << pid);
+    CHECK(ExitsWithin(pid, kLongWait));
+  }
+}
+
+TEST_CASE("A SIGTERMed aggregatord stops its workers and exits 0") {
+  const std::string dir = MakeTempDir();
+  WriteText(dir + "/aggregator.yaml", kSleepersConfig);
+  std::unique_ptr<Subprocess> daemon =
+      StartDaemon({"--config", dir + "/aggregator.yaml"}, dir);
+  const std::vector<pid_t> workers = StartSleepers(*daemon);
+  REQUIRE(daemon->Signal(SIGTERM).ok());
+  ReadLogUntil(*daemon, "all workers stopped");
+  absl::StatusOr<ExitStatus> exit = daemon->Wait(Clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+  for (pid_t pid : workers) {
+    INFO("worker pid " << pid);
+    CHECK(ExitsWithin(pid, milliseconds(0)));
+  }
+}
+
+TEST_CASE("The default configuration finds example_learner in the runfiles") {
+  // The shipped default with free ports, run from a directory that has no
+  // tools/example_learner: the program comes from aggregatord's runfiles.
+  const int port_base = FreePortPair();
+  const std::string dir = MakeTempDir();
+  const std::string yaml = ReadText("config/aggregator.yaml");
+  REQUIRE(yaml.find("port_base: 22300\n") != std::string::npos);
+  WriteText(dir + "/aggregator.yaml",
+            absl::StrReplaceAll(
+                yaml, {{"port_base: 22300\n",
+                        absl::StrCat("port_base: ", port_base, "\n")}}));
+  std::unique_ptr<Subprocess> daemon = StartDaemon(
+      {"--config", dir + "/aggregator.yaml", "--listen", "127.0.0.1:0"}, dir);
+  const std::vector<std::string> lines = ReadLogUntilAll(
+      *daemon,
+      {"worker learner-0 started",
+       absl::StrCat("[learner-0] example_learner listening on 127.0.0.1:",
+                    port_base),
+       absl::StrCat("[learner-1] example_learner listening on 127.0.0.1:",
+                    port_base + 1),
+       "serving:"});
+  CHECK(lines[0].find(".runfiles/learner_aggregator/tools/example_learner "
+                      "--listen 127.0.0.1:" +
+                      std::to_string(port_base)) != std::string::npos);
+  REQUIRE(daemon->Signal(SIGTERM).ok());
+  absl::StatusOr<ExitStatus> exit = daemon->Wait(Clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+}
+
+}  // namespace
+}  // namespace aggregator

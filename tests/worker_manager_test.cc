@@ -1,0 +1,756 @@
+// WorkerManager against real children (/bin/sh scripts) on a fake clock:
+// templating, program resolution, restart policies, backoff and intensity,
+// min_uptime, stop timeouts, process groups, reaping, output capture and
+// scaling. Every wait has a deadline; nothing sleeps to sync. Time-dependent
+// behaviour is checked by advancing the fake clock and calling Sync.
+#include "lib/worker_manager.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+// glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
+extern "C" {
+#include <sys/pidfd.h>
+}
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tests/log_capture.h"
+
+namespace aggregator {
+namespace {
+
+namespace pb = aggregator::v1;
+using Catch::Matchers::Contains;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// Generous bound for anything that should happen at once on a loaded machine.
+constexpr seconds kLongWait(10);
+
+// The captured log, waited on with kLongWait.
+class Logs {
+ public:
+  std::string WaitFor(const std::string& prefix, size_t skip = 0) {
+    return testing::CapturedLogs().WaitFor(prefix, skip,
+                                           Clock::now() + kLongWait);
+  }
+  size_t Count(const std::string& prefix) {
+    return testing::CapturedLogs().Count(prefix);
+  }
+};
+
+// A new empty directory (symlinks resolved) under the test's temporary dir.
+std::string MakeTempDir() {
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") +
+                    "/worker_manager_test.XXXXXX";
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  char resolved[PATH_MAX];
+  REQUIRE(realpath(dir.c_str(), resolved) != nullptr);
+  return resolved;
+}
+
+void WriteExecutable(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    REQUIRE(out.good());
+  }
+  REQUIRE(chmod(path.c_str(), 0755) == 0);
+}
+
+// Waits through a pidfd (which works for any process) until `pid` has exited.
+bool ExitsWithin(pid_t pid, Clock::duration timeout) {
+  const int pidfd = pidfd_open(pid, 0);
+  if (pidfd < 0) return errno == ESRCH;
+  struct pollfd pfd = {pidfd, POLLIN, 0};
+  const int ready =
+      poll(&pfd, 1,
+           static_cast<int>(
+               std::chrono::duration_cast<milliseconds>(timeout).count()));
+  close(pidfd);
+  return ready == 1;
+}
+
+// Children of this process that are zombies (exited, not reaped).
+std::vector<pid_t> ZombieChildren() {
+  std::vector<pid_t> zombies;
+  DIR* proc = opendir("/proc");
+  REQUIRE(proc != nullptr);
+  while (struct dirent* entry = readdir(proc)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    const size_t close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close_paren + 1));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == getpid() && state == 'Z') zombies.push_back(pid);
+  }
+  closedir(proc);
+  return zombies;
+}
+
+// The pid in a "[w-0] <word> <pid>" log line.
+pid_t PidInLine(const std::string& line) {
+  int pid = 0;
+  const size_t space = line.rfind(' ');
+  REQUIRE(space != std::string::npos);
+  REQUIRE(absl::SimpleAtoi(line.substr(space + 1), &pid));
+  return pid;
+}
+
+WorkerSpec Shell(const std::string& name, const std::string& script) {
+  WorkerSpec spec;
+  spec.name = name;
+  spec.command = {"/bin/sh", "-c", script};
+  spec.backoff = {milliseconds(1000), 2.0, milliseconds(30000)};
+  spec.min_uptime = milliseconds(1000);
+  spec.stop_timeout = milliseconds(5000);
+  return spec;
+}
+
+// A worker that prints "ready" and then exits with `code` on SIGUSR1 (its
+// `sleep` child goes with its process group).
+WorkerSpec OnUsr1Exit(const std::string& name, int code) {
+  return Shell(name, absl::StrCat("trap 'exit ", code,
+                                  "' USR1; echo ready; sleep 1000 & wait"));
+}
+
+// A manager on a fake clock (or the real one) and a way to wait for its state.
+class Harness {
+ public:
+  explicit Harness(bool fake_clock = true,
+                   std::vector<std::string> runfiles_dirs = {}) {
+    testing::CapturedLogs();
+    WorkerManagerOptions options;
+    options.clock = fake_clock ? &clock_ : nullptr;
+    options.runfiles_dirs = std::move(runfiles_dirs);
+    options.on_change = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++changes_;
+      changed_.notify_all();
+    };
+    manager_ = std::make_unique<WorkerManager>(std::move(options));
+  }
+  ~Harness() { manager_->Shutdown(Clock::now() + kLongWait); }
+
+  WorkerManager& manager() { return *manager_; }
+  FakeWorkerClock& clock() { return clock_; }
+  int changes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return changes_;
+  }
+  // Waits until on_change has been called more than `seen` times.
+  bool WaitForChangesAfter(int seen) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_until(lock, Clock::now() + kLongWait,
+                               [&] { return changes_ > seen; });
+  }
+
+  void Apply(std::vector<WorkerSpec> specs) {
+    const absl::Status status = manager_->Apply(std::move(specs));
+    INFO(status.ToString());
+    REQUIRE(status.ok());
+  }
+
+  // Moves the fake clock and waits until the manager has acted on it.
+  void Advance(milliseconds delta) {
+    clock_.Advance(delta);
+    Sync();
+  }
+  void Sync() { REQUIRE(manager_->Sync(Clock::now() + kLongWait).ok()); }
+
+  // Waits until `done` holds for Status(); false at the deadline.
+  bool WaitFor(
+      const std::function<bool(const std::vector<pb::WorkerStatus>&)>& done) {
+    const Clock::time_point deadline = Clock::now() + kLongWait;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      const int seen = changes_;
+      lock.unlock();
+      if (done(manager_->Status())) return true;
+      lock.lock();
+      if (!changed_.wait_until(lock, deadline,
+                               [&] { return changes_ != seen; })) {
+        return false;
+      }
+    }
+  }
+  // Waits until replica `index` of `name` is in `state` (with `restarts`
+  // restarts, unless -1) and returns its status.
+  pb::WorkerStatus WaitForState(const std::string& name, int index,
+                                pb::WorkerState state, int restarts = -1) {
+    pb::WorkerStatus found;
+    const bool reached = WaitFor([&](const auto& all) {
+      for (const pb::WorkerStatus& status : all) {
+        if (status.name() == name && status.index() == index &&
+            status.state() == state &&
+            (restarts < 0 || status.restarts() == restarts)) {
+          found = status;
+          return true;
+        }
+      }
+      return false;
+    });
+    INFO(name << "-" << index << " never reached "
+              << pb::WorkerState_Name(state) << " with restarts " << restarts
+              << "; status: " << Describe());
+    REQUIRE(reached);
+    return found;
+  }
+  // The current status of one replica (which must exist).
+  pb::WorkerStatus Get(const std::string& name, int index) {
+    for (const pb::WorkerStatus& status : manager_->Status()) {
+      if (status.name() == name && status.index() == index) return status;
+    }
+    FAIL("no replica " << name << "-" << index << "; status: " << Describe());
+    return {};
+  }
+  std::string Describe() {
+    std::string text;
+    for (const pb::WorkerStatus& status : manager_->Status()) {
+      absl::StrAppend(&text, status.name(), "-", status.index(), " ",
+                      pb::WorkerState_Name(status.state()), " pid ",
+                      status.pid(), " restarts ", status.restarts(), " (",
+                      status.last_error(), "); ");
+    }
+    return text;
+  }
+
+ private:
+  FakeWorkerClock clock_;  // outlives manager_
+  std::mutex mu_;
+  std::condition_variable changed_;
+  int changes_ = 0;
+  std::unique_ptr<WorkerManager> manager_;
+};
+
+// How many times replica 0 of `name` has been started.
+size_t Starts(const std::string& name) {
+  return Logs{}.Count(absl::StrCat("worker ", name, "-0 started"));
+}
+
+TEST_CASE("Templates expand {index}, {port} and {name} and nothing else") {
+  WorkerSpec spec;
+  spec.name = "learner";
+  spec.port_base = 22300;
+  CHECK(ExpandWorkerTemplate("--listen=127.0.0.1:{port}", spec, 2) ==
+        "--listen=127.0.0.1:22302");
+  CHECK(ExpandWorkerTemplate("{name}-{index}-{index}", spec, 7) ==
+        "learner-7-7");
+  CHECK(ExpandWorkerTemplate("awk '{print}' {{index}} {PORT}", spec, 1) ==
+        "awk '{print}' {1} {PORT}");
+
+  spec.command = {"/bin/echo", "{name}", "{port}"};
+  spec.env = {{"RANK", "{index}"}, {"PLAIN", "x"}};
+  spec.cwd = "/tmp/{name}-{index}";
+  absl::StatusOr<SubprocessOptions> options =
+      ReplicaSubprocessOptions(spec, 1, {});
+  REQUIRE(options.ok());
+  CHECK(options->argv ==
+        std::vector<std::string>{"/bin/echo", "learner", "22301"});
+  CHECK(options->env == std::vector<std::pair<std::string, std::string>>{
+                            {"RANK", "1"}, {"PLAIN", "x"}});
+  CHECK(options->cwd == "/tmp/learner-1");
+  CHECK(options->capture_output);
+  CHECK(options->new_process_group);
+  CHECK(options->die_with_parent);
+}
+
+TEST_CASE("A replica's process sees its expanded argv, env and cwd") {
+  Harness harness;
+  const std::string dir = MakeTempDir();
+  WorkerSpec spec =
+      Shell("tmpl", "echo \"args $0 $1 env $RANK $ADDR pwd $PWD\"");
+  spec.command.push_back("{name}");  // $0
+  spec.command.push_back("{port}");  // $1
+  spec.env = {{"RANK", "{index}"}, {"ADDR", "127.0.0.1:{port}"}};
+  spec.cwd = dir;
+  spec.port_base = 30000;
+  spec.replicas = 2;
+  spec.restart = RestartPolicy::kNever;
+  harness.Apply({spec});
+  CHECK(
+      Logs{}.WaitFor("[tmpl-1] args") ==
+      absl::StrCat("[tmpl-1] args tmpl 30001 env 1 127.0.0.1:30001 pwd ", dir));
+  CHECK(
+      Logs{}.WaitFor("[tmpl-0] args") ==
+      absl::StrCat("[tmpl-0] args tmpl 30000 env 0 127.0.0.1:30000 pwd ", dir));
+}
+
+TEST_CASE("Relative programs: the working directory, then the runfiles") {
+  const std::string cwd = MakeTempDir();
+  const std::string first = MakeTempDir();
+  const std::string second = MakeTempDir();
+  for (const std::string& dir : {cwd, first, second}) {
+    REQUIRE(mkdir((dir + "/bin").c_str(), 0755) == 0);
+    WriteExecutable(dir + "/bin/everywhere", "#!/bin/sh\n");
+  }
+  WriteExecutable(first + "/bin/runfiles", "#!/bin/sh\n");
+  WriteExecutable(second + "/bin/runfiles", "#!/bin/sh\n");
+  WriteExecutable(second + "/bin/second", "#!/bin/sh\n");
+  const std::vector<std::string> runfiles = {first, second};
+
+  auto resolve = [&](const std::string& program) {
+    absl::StatusOr<std::string> path =
+        ResolveWorkerProgram(program, cwd, runfiles);
+    INFO(path.status().ToString());
+    REQUIRE(path.ok());
+    return *path;
+  };
+  // Bare names are for PATH, absolute paths are kept.
+  CHECK(resolve("sleep") == "sleep");
+  CHECK(resolve("/bin/sh") == "/bin/sh");
+  // The working directory first, then the runfiles directories in order.
+  CHECK(resolve("bin/everywhere") == cwd + "/bin/everywhere");
+  CHECK(resolve("./bin/everywhere") == cwd + "/./bin/everywhere");
+  CHECK(resolve("bin/runfiles") == first + "/bin/runfiles");
+  CHECK(resolve("bin/second") == second + "/bin/second");
+
+  absl::StatusOr<std::string> missing =
+      ResolveWorkerProgram("bin/nothing", cwd, runfiles);
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+  CHECK(missing.status().message() ==
+        absl::StrCat("cannot find the program 'bin/nothing' in the working "
+                     "directory ",
+                     cwd, " or in the runfiles directories ", first, ", ",
+                     second));
+  missing = ResolveWorkerProgram("bin/second", cwd, {first});
+  CHECK(missing.status().message() ==
+        absl::StrCat("cannot find the program 'bin/second' in the working "
+                     "directory ",
+                     cwd, " or in the runfiles directory ", first));
+  missing = ResolveWorkerProgram("bin/runfiles", cwd, {});
+  CHECK(missing.status().message() ==
+        absl::StrCat("cannot find the program 'bin/runfiles' in the working "
+                     "directory ",
+                     cwd, " (and aggregatord has no runfiles directory)"));
+
+  // `bazel test` sets RUNFILES_DIR: it comes first.
+  const char* runfiles_dir = getenv("RUNFILES_DIR");
+  REQUIRE(runfiles_dir != nullptr);
+  const std::vector<std::string> found = FindRunfilesDirs();
+  REQUIRE_FALSE(found.empty());
+  CHECK(found[0] == std::string(runfiles_dir) + "/learner_aggregator");
+  for (const std::string& dir : found) {
+    CHECK_THAT(dir, Catch::Matchers::EndsWith("/learner_aggregator"));
+  }
+}
+
+TEST_CASE("A worker program is found in the runfiles directory") {
+  const std::string runfiles = MakeTempDir();
+  REQUIRE(mkdir((runfiles + "/wm_test_bin").c_str(), 0755) == 0);
+  WriteExecutable(runfiles + "/wm_test_bin/hello",
+                  "#!/bin/sh\necho \"hello from $0\"\n");
+  Harness harness(/*fake_clock=*/true, {runfiles});
+  WorkerSpec spec;
+  spec.name = "rf";
+  spec.command = {"wm_test_bin/hello"};
+  spec.restart = RestartPolicy::kNever;
+  harness.Apply({spec});
+  CHECK(Logs{}.WaitFor("[rf-0] hello from") ==
+        "[rf-0] hello from " + runfiles + "/wm_test_bin/hello");
+
+  // Not there either: a failed start naming both places, counted as one.
+  spec.name = "rf-missing";
+  spec.command = {"wm_test_bin/missing"};
+  spec.restart = RestartPolicy::kOnFailure;
+  spec.max_restarts = 0;
+  harness.Apply({spec});
+  const pb::WorkerStatus status =
+      harness.WaitForState("rf-missing", 0, pb::WORKER_STATE_FAILED, 0);
+  CHECK_THAT(status.last_error(),
+             Contains("cannot start: cannot find the program "
+                      "'wm_test_bin/missing' in the working directory ") &&
+                 Contains(" or in the runfiles directory " + runfiles) &&
+                 Contains("max_restarts 0"));
+  CHECK(status.pid() == 0);
+}
+
+TEST_CASE("A crash loop restarts after growing delays, then fails") {
+  Harness harness;
+  WorkerSpec spec = Shell("crash", "echo crashing; exit 3");
+  spec.backoff = {milliseconds(1000), 2.0, milliseconds(5000)};
+  spec.max_restarts = 4;
+  spec.restart_window = milliseconds(60000);
+  harness.Apply({spec});
+  CHECK(Starts("crash") == 1);
+  harness.WaitForState("crash", 0, pb::WORKER_STATE_BACKOFF, 1);
+
+  // initial, x2, x2, then capped at max.
+  const std::vector<milliseconds> delays = {
+      milliseconds(1000), milliseconds(2000), milliseconds(4000),
+      milliseconds(5000)};
+  for (size_t i = 0; i < delays.size(); ++i) {
+    INFO("restart " << i + 1 << " after " << delays[i].count() << "ms");
+    harness.Advance(delays[i] - milliseconds(1));
+    CHECK(Starts("crash") == i + 1);
+    CHECK(harness.Get("crash", 0).state() == pb::WORKER_STATE_BACKOFF);
+    harness.Advance(milliseconds(1));
+    CHECK(Starts("crash") == i + 2);
+    if (i + 1 < delays.size()) {
+      harness.WaitForState("crash", 0, pb::WORKER_STATE_BACKOFF, i + 2);
+    }
+  }
+  // The fifth exit would be the fifth restart within the window.
+  const pb::WorkerStatus failed =
+      harness.WaitForState("crash", 0, pb::WORKER_STATE_FAILED, 4);
+  CHECK(failed.pid() == 0);
+  CHECK_THAT(failed.last_error(),
+             Contains("exit code 3 after 0s, sooner than min_uptime 1s") &&
+                 Contains("not restarted: it would be restart 5 within 1m "
+                          "(max_restarts 4)"));
+  harness.Advance(milliseconds(3600 * 1000));
+  CHECK(Starts("crash") == 5);
+  CHECK(harness.Get("crash", 0).state() == pb::WORKER_STATE_FAILED);
+  CHECK(ZombieChildren().empty());
+}
+
+TEST_CASE("Restarts older than restart_window do not count") {
+  Harness harness;
+  WorkerSpec spec = OnUsr1Exit("window", 3);
+  spec.max_restarts = 1;
+  spec.restart_window = milliseconds(10000);
+  harness.Apply({spec});
+  auto exit_after = [&](milliseconds uptime, int ready_count) {
+    REQUIRE(!Logs{}.WaitFor("[window-0] ready", ready_count - 1).empty());
+    harness.Advance(uptime);
+    const pid_t pid = harness.Get("window", 0).pid();
+    REQUIRE(pid > 0);
+    REQUIRE(kill(pid, SIGUSR1) == 0);
+  };
+  exit_after(milliseconds(20000), 1);
+  harness.WaitForState("window", 0, pb::WORKER_STATE_BACKOFF, 1);
+  // A start that ran min_uptime resets the backoff: 1s again.
+  harness.Advance(milliseconds(1000));
+  exit_after(milliseconds(20000), 2);
+  // The first restart was 21s ago, outside the 10s window: allowed.
+  harness.WaitForState("window", 0, pb::WORKER_STATE_BACKOFF, 2);
+  harness.Advance(milliseconds(1000));
+  exit_after(milliseconds(0), 3);
+  // The second restart was 0s ago: a third would exceed max_restarts 1.
+  const pb::WorkerStatus failed =
+      harness.WaitForState("window", 0, pb::WORKER_STATE_FAILED, 2);
+  CHECK_THAT(failed.last_error(),
+             Contains("exit code 3 after 0s, sooner than min_uptime 1s"));
+}
+
+TEST_CASE("The backoff grows over failed starts and resets after a good one") {
+  Harness harness;
+  WorkerSpec spec = OnUsr1Exit("reset", 3);
+  spec.backoff = {milliseconds(1000), 3.0, milliseconds(60000)};
+  harness.Apply({spec});
+  auto restart_after = [&](milliseconds delay, size_t starts) {
+    harness.Advance(delay - milliseconds(1));
+    CHECK(Starts("reset") == starts - 1);
+    harness.Advance(milliseconds(1));
+    CHECK(Starts("reset") == starts);
+  };
+  // Two failed starts: 1s, then 3s.
+  REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 0).empty());
+  REQUIRE(kill(harness.Get("reset", 0).pid(), SIGUSR1) == 0);
+  harness.WaitForState("reset", 0, pb::WORKER_STATE_BACKOFF, 1);
+  restart_after(milliseconds(1000), 2);
+  REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 1).empty());
+  REQUIRE(kill(harness.Get("reset", 0).pid(), SIGUSR1) == 0);
+  harness.WaitForState("reset", 0, pb::WORKER_STATE_BACKOFF, 2);
+  restart_after(milliseconds(3000), 3);
+  // This one runs min_uptime: RUNNING exactly then, and the next delay is 1s.
+  REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 2).empty());
+  harness.Advance(milliseconds(999));
+  CHECK(harness.Get("reset", 0).state() == pb::WORKER_STATE_STARTING);
+  harness.Advance(milliseconds(1));
+  CHECK(harness.Get("reset", 0).state() == pb::WORKER_STATE_RUNNING);
+  REQUIRE(kill(harness.Get("reset", 0).pid(), SIGUSR1) == 0);
+  const pb::WorkerStatus status =
+      harness.WaitForState("reset", 0, pb::WORKER_STATE_BACKOFF, 3);
+  CHECK(status.last_error() == "exit code 3 after 1s");
+  restart_after(milliseconds(1000), 4);
+}
+
+TEST_CASE(
+    "restart: never leaves a failed exit FAILED and a clean one STOPPED") {
+  Harness harness;
+  WorkerSpec failing = Shell("never-fail", "exit 3");
+  failing.restart = RestartPolicy::kNever;
+  WorkerSpec clean = OnUsr1Exit("never-clean", 0);
+  clean.restart = RestartPolicy::kNever;
+  harness.Apply({failing, clean});
+  const pb::WorkerStatus failed =
+      harness.WaitForState("never-fail", 0, pb::WORKER_STATE_FAILED, 0);
+  CHECK(failed.last_error() ==
+        "exit code 3 after 0s, sooner than min_uptime 1s");
+
+  REQUIRE(!Logs{}.WaitFor("[never-clean-0] ready").empty());
+  harness.Advance(milliseconds(1000));
+  REQUIRE(kill(harness.Get("never-clean", 0).pid(), SIGUSR1) == 0);
+  const pb::WorkerStatus stopped =
+      harness.WaitForState("never-clean", 0, pb::WORKER_STATE_STOPPED, 0);
+  CHECK(stopped.pid() == 0);
+  CHECK(stopped.last_error().empty());
+
+  harness.Advance(milliseconds(3600 * 1000));
+  CHECK(Starts("never-fail") == 1);
+  CHECK(Starts("never-clean") == 1);
+}
+
+TEST_CASE("restart: on-failure restarts failures, not a clean exit") {
+  Harness harness;
+  WorkerSpec clean = OnUsr1Exit("onf-clean", 0);
+  WorkerSpec early = OnUsr1Exit("onf-early", 0);
+  WorkerSpec killed = OnUsr1Exit("onf-killed", 0);
+  harness.Apply({clean, early, killed});
+  for (const char* name : {"onf-clean", "onf-early", "onf-killed"}) {
+    REQUIRE(!Logs{}.WaitFor(absl::StrCat("[", name, "-0] ready")).empty());
+  }
+  // exit 0 sooner than min_uptime is a failed start: restarted.
+  REQUIRE(kill(harness.Get("onf-early", 0).pid(), SIGUSR1) == 0);
+  CHECK(harness.WaitForState("onf-early", 0, pb::WORKER_STATE_BACKOFF, 1)
+            .last_error() == "exit code 0 after 0s, sooner than min_uptime 1s");
+
+  harness.Advance(milliseconds(5000));
+  // exit 0 after min_uptime: stopped for good.
+  REQUIRE(kill(harness.Get("onf-clean", 0).pid(), SIGUSR1) == 0);
+  const pb::WorkerStatus stopped =
+      harness.WaitForState("onf-clean", 0, pb::WORKER_STATE_STOPPED, 0);
+  CHECK(stopped.pid() == 0);
+  // A signal is a failure whatever the uptime.
+  REQUIRE(kill(harness.Get("onf-killed", 0).pid(), SIGKILL) == 0);
+  CHECK(harness.WaitForState("onf-killed", 0, pb::WORKER_STATE_BACKOFF, 1)
+            .last_error() == "killed by SIGKILL after 5s");
+  harness.Advance(milliseconds(1000));
+  CHECK(Starts("onf-killed") == 2);
+  CHECK(Starts("onf-clean") == 1);
+}
+
+TEST_CASE("restart: always restarts a clean exit too") {
+  Harness harness;
+  harness.Apply({[] {
+    WorkerSpec spec = OnUsr1Exit("always", 0);
+    spec.restart = RestartPolicy::kAlways;
+    return spec;
+  }()});
+  REQUIRE(!Logs{}.WaitFor("[always-0] ready").empty());
+  harness.Advance(milliseconds(2000));
+  CHECK(harness.Get("always", 0).state() == pb::WORKER_STATE_RUNNING);
+  REQUIRE(kill(harness.Get("always", 0).pid(), SIGUSR1) == 0);
+  const pb::WorkerStatus status =
+      harness.WaitForState("always", 0, pb::WORKER_STATE_BACKOFF, 1);
+  CHECK(status.last_error().empty());
+  harness.Advance(milliseconds(1000));
+  CHECK(Starts("always") == 2);
+  REQUIRE(!Logs{}.WaitFor("[always-0] ready", 1).empty());
+  CHECK(harness.Get("always", 0).state() == pb::WORKER_STATE_STARTING);
+}
+
+TEST_CASE("Stdout and stderr lines reach the log with the replica's name") {
+  Harness harness;
+  WorkerSpec spec = Shell(
+      "out", "echo first; echo 'on stderr' >&2; echo second; printf 'tail'");
+  spec.restart = RestartPolicy::kNever;
+  harness.Apply({spec});
+  CHECK(Logs{}.WaitFor("[out-0] first") == "[out-0] first");
+  CHECK(Logs{}.WaitFor("[out-0] on stderr") == "[out-0] on stderr");
+  CHECK(Logs{}.WaitFor("[out-0] second") == "[out-0] second");
+  // A last line without a newline is logged when the stream ends.
+  CHECK(Logs{}.WaitFor("[out-0] tail") == "[out-0] tail");
+  harness.WaitForState("out", 0, pb::WORKER_STATE_FAILED);
+}
+
+TEST_CASE("A worker ignoring SIGTERM is killed after stop_timeout") {
+  Harness harness;
+  WorkerSpec spec = Shell(
+      "stubborn", "trap '' TERM; sleep 1000 & echo \"grandchild $!\"; wait");
+  spec.stop_timeout = milliseconds(5000);
+  harness.Apply({spec});
+  const pid_t grandchild =
+      PidInLine(Logs{}.WaitFor("[stubborn-0] grandchild "));
+  const pid_t pid = harness.Get("stubborn", 0).pid();
+  REQUIRE(pid > 0);
+
+  harness.Apply({});  // removes it: SIGTERM, ignored
+  harness.Advance(milliseconds(4999));
+  const pb::WorkerStatus stopping = harness.Get("stubborn", 0);
+  CHECK(stopping.state() == pb::WORKER_STATE_STOPPED);
+  CHECK(stopping.pid() == pid);
+  CHECK_FALSE(ExitsWithin(pid, milliseconds(100)));
+  harness.Advance(milliseconds(1));
+  CHECK(ExitsWithin(pid, kLongWait));
+  CHECK(ExitsWithin(grandchild, kLongWait));
+  CHECK(harness.WaitFor([](const auto& all) { return all.empty(); }));
+  CHECK(Logs{}.Count("worker stubborn-0 (pid " + std::to_string(pid) +
+                     ") did not stop within 5s") == 1);
+  CHECK(ZombieChildren().empty());
+}
+
+TEST_CASE("Shutdown kills at stop_timeout or the deadline, whichever first") {
+  // The real clock: stop_timeout elapses on its own.
+  Harness harness(/*fake_clock=*/false);
+  WorkerSpec quick =
+      Shell("quick-kill", "trap '' TERM; echo ready; sleep 1000 & wait");
+  quick.stop_timeout = milliseconds(200);
+  WorkerSpec slow =
+      Shell("slow-kill", "trap '' TERM; echo ready; sleep 1000 & wait");
+  slow.stop_timeout = milliseconds(3600 * 1000);
+  harness.Apply({quick, slow});
+  REQUIRE(!Logs{}.WaitFor("[quick-kill-0] ready").empty());
+  REQUIRE(!Logs{}.WaitFor("[slow-kill-0] ready").empty());
+  const pid_t quick_pid = harness.Get("quick-kill", 0).pid();
+  const pid_t slow_pid = harness.Get("slow-kill", 0).pid();
+
+  const Clock::time_point start = Clock::now();
+  harness.manager().Shutdown(start + milliseconds(1500));
+  const auto took = Clock::now() - start;
+  CHECK(took >= milliseconds(1500));
+  CHECK(took < milliseconds(1500) + seconds(5));
+  CHECK(Logs{}.Count("worker quick-kill-0 (pid " + std::to_string(quick_pid) +
+                     ") did not stop within 200ms") == 1);
+  CHECK(Logs{}.Count("worker slow-kill-0 (pid " + std::to_string(slow_pid) +
+                     "): shutdown deadline reached") == 1);
+  CHECK(ExitsWithin(quick_pid, milliseconds(0)));
+  CHECK(ExitsWithin(slow_pid, milliseconds(0)));
+  for (const pb::WorkerStatus& status : harness.manager().Status()) {
+    CHECK(status.state() == pb::WORKER_STATE_STOPPED);
+    CHECK(status.pid() == 0);
+  }
+  CHECK(ZombieChildren().empty());
+  // Idempotent, and no more workers afterwards.
+  harness.manager().Shutdown(Clock::now());
+  CHECK(harness.manager().Apply({quick}).code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("Grandchildren die with their worker, on shutdown and on exit") {
+  Harness harness;
+  WorkerSpec stays =
+      Shell("family", "sleep 1000 & echo \"grandchild $!\"; wait");
+  WorkerSpec leaves =
+      Shell("orphaner", "sleep 1000 & echo \"grandchild $!\"; exit 3");
+  leaves.restart = RestartPolicy::kNever;
+  harness.Apply({stays, leaves});
+  const pid_t orphan = PidInLine(Logs{}.WaitFor("[orphaner-0] grandchild "));
+  const pid_t grandchild = PidInLine(Logs{}.WaitFor("[family-0] grandchild "));
+  // The leader exited: what is left of its group is killed.
+  harness.WaitForState("orphaner", 0, pb::WORKER_STATE_FAILED);
+  CHECK(ExitsWithin(orphan, kLongWait));
+
+  const pid_t pid = harness.Get("family", 0).pid();
+  harness.manager().Shutdown(Clock::now() + kLongWait);
+  CHECK(ExitsWithin(pid, milliseconds(0)));
+  CHECK(ExitsWithin(grandchild, kLongWait));
+  CHECK(ZombieChildren().empty());
+}
+
+TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
+  Harness harness;
+  WorkerSpec spec = Shell("scale", "echo \"up $RANK\"; sleep 1000 & wait");
+  spec.env = {{"RANK", "{index}"}};
+  spec.port_base = 40000;
+  spec.learner = true;
+  WorkerSpec other = Shell("other", "sleep 1000 & wait");
+  harness.Apply({spec, other});
+  const pid_t first = harness.Get("scale", 0).pid();
+  REQUIRE(first > 0);
+  CHECK(harness.manager().LearnerEndpoints() ==
+        std::vector<LearnerEndpoint>{{"scale-0", "127.0.0.1:40000"}});
+
+  const int changes = harness.changes();
+  spec.replicas = 3;
+  harness.Apply({spec, other});
+  CHECK(harness.manager().LearnerEndpoints() ==
+        std::vector<LearnerEndpoint>{{"scale-0", "127.0.0.1:40000"},
+                                     {"scale-1", "127.0.0.1:40001"},
+                                     {"scale-2", "127.0.0.1:40002"}});
+  // on_change runs on the manager thread after Apply has returned.
+  CHECK(harness.WaitForChangesAfter(changes));
+  CHECK(Logs{}.WaitFor("[scale-2] up 2") == "[scale-2] up 2");
+  std::vector<pb::WorkerStatus> status = harness.manager().Status();
+  REQUIRE(status.size() == 4);
+  CHECK(status[0].index() == 0);
+  CHECK(status[0].pid() == first);  // untouched
+  CHECK(status[1].index() == 1);
+  CHECK(status[2].index() == 2);
+  CHECK(status[3].name() == "other");
+  const pid_t second = status[1].pid();
+  const pid_t third = status[2].pid();
+
+  spec.replicas = 1;
+  harness.Apply({spec, other});
+  CHECK(ExitsWithin(second, kLongWait));
+  CHECK(ExitsWithin(third, kLongWait));
+  CHECK(harness.WaitFor([](const auto& all) { return all.size() == 2; }));
+  CHECK(harness.Get("scale", 0).pid() == first);
+  CHECK(harness.manager().LearnerEndpoints().size() == 1);
+
+  // Any other change restarts the replicas with fresh counts.
+  spec.env = {{"RANK", "r{index}"}};
+  harness.Apply({spec, other});
+  CHECK(Logs{}.WaitFor("[scale-0] up r0") == "[scale-0] up r0");
+  CHECK(ExitsWithin(first, kLongWait));
+  const pb::WorkerStatus restarted =
+      harness.WaitForState("scale", 0, pb::WORKER_STATE_STARTING, 0);
+  CHECK(restarted.pid() != first);
+  CHECK(restarted.pid() > 0);
+
+  // Removing a worker stops it; the other keeps its process.
+  const pid_t other_pid = harness.Get("other", 0).pid();
+  harness.Apply({other});
+  CHECK(ExitsWithin(restarted.pid(), kLongWait));
+  CHECK(harness.WaitFor([](const auto& all) { return all.size() == 1; }));
+  CHECK(harness.Get("other", 0).pid() == other_pid);
+  CHECK(harness.manager().LearnerEndpoints().empty());
+  // The same specs again change nothing.
+  harness.Apply({other});
+  CHECK(harness.Get("other", 0).pid() == other_pid);
+
+  // replicas: 0 keeps the worker declared and runs nothing.
+  other.replicas = 0;
+  harness.Apply({other});
+  CHECK(ExitsWithin(other_pid, kLongWait));
+  CHECK(harness.WaitFor([](const auto& all) { return all.empty(); }));
+  CHECK(ZombieChildren().empty());
+}
+
+TEST_CASE("Apply rejects specs the manager cannot run") {
+  Harness harness;
+  WorkerSpec spec = Shell("dup", "exit 0");
+  CHECK(harness.manager().Apply({spec, spec}).message() ==
+        "worker \"dup\" is given twice; names must be unique");
+  WorkerSpec empty = spec;
+  empty.command.clear();
+  CHECK(harness.manager().Apply({empty}).message() ==
+        "worker \"dup\": the command has no program");
+  WorkerSpec no_port = spec;
+  no_port.learner = true;
+  CHECK(harness.manager().Apply({no_port}).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(harness.manager().Status().empty());
+}
+
+}  // namespace
+}  // namespace aggregator
