@@ -7,8 +7,9 @@
 namespace aggregator {
 
 AdminService::AdminService(
-    std::function<void(aggregator::v1::AggregatorStatus*)> status)
-    : status_(std::move(status)) {}
+    std::function<void(aggregator::v1::AggregatorStatus*)> status,
+    std::function<absl::StatusOr<aggregator::v1::ReloadReply>()> reload)
+    : status_(std::move(status)), reload_(std::move(reload)) {}
 
 grpc::Status AdminService::GetStatus(
     grpc::ServerContext* /*context*/,
@@ -28,11 +29,19 @@ grpc::Status AdminService::GetStatus(
 grpc::Status AdminService::Reload(
     grpc::ServerContext* /*context*/,
     const aggregator::v1::ReloadRequest* /*request*/,
-    aggregator::v1::ReloadReply* /*reply*/) {
-  return grpc::Status(
-      grpc::StatusCode::UNIMPLEMENTED,
-      "Reload is not supported by this aggregatord yet; restart "
-      "it to apply a new configuration");
+    aggregator::v1::ReloadReply* reply) {
+  if (!reload_) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "this server was started without a configuration "
+                        "file to reload");
+  }
+  absl::StatusOr<aggregator::v1::ReloadReply> reloaded = reload_();
+  if (!reloaded.ok()) {
+    return grpc::Status(static_cast<grpc::StatusCode>(reloaded.status().code()),
+                        std::string(reloaded.status().message()));
+  }
+  *reply = std::move(*reloaded);
+  return grpc::Status::OK;
 }
 
 }  // namespace aggregator

@@ -9,15 +9,18 @@
 #include <chrono>
 #include <functional>
 
+#include "absl/status/statusor.h"
 #include "proto/admin.grpc.pb.h"
 
 namespace aggregator {
 
 class AdminService final : public aggregator::v1::AggregatorAdmin::Service {
  public:
-  // `status` fills everything but uptime and version.
-  explicit AdminService(
-      std::function<void(aggregator::v1::AggregatorStatus*)> status);
+  // `status` fills everything but uptime and version; `reload` (optional)
+  // serves Reload.
+  AdminService(
+      std::function<void(aggregator::v1::AggregatorStatus*)> status,
+      std::function<absl::StatusOr<aggregator::v1::ReloadReply>()> reload);
 
   grpc::Status GetStatus(grpc::ServerContext* context,
                          const aggregator::v1::GetStatusRequest* request,
@@ -28,6 +31,7 @@ class AdminService final : public aggregator::v1::AggregatorAdmin::Service {
 
  private:
   const std::function<void(aggregator::v1::AggregatorStatus*)> status_;
+  const std::function<absl::StatusOr<aggregator::v1::ReloadReply>()> reload_;
   const std::chrono::steady_clock::time_point started_ =
       std::chrono::steady_clock::now();
 };

@@ -6,25 +6,46 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 
 #include "absl/strings/str_cat.h"
+#include "lib/config_diff.h"
 
 namespace aggregator {
 namespace {
 
 constexpr char kLearnerServiceName[] = "aggregator.v1.Learner";
 
-size_t NeededLearners(const AggregatorConfig& config) {
-  return static_cast<size_t>(std::max(0, config.min_learners));
+LearnerServiceOptions ServiceOptions(const AggregatorConfig& config) {
+  LearnerServiceOptions options;
+  options.min_learners = config.min_learners;
+  options.call_timeout = config.call_timeout;
+  options.homogeneous_keys = config.homogeneous_keys;
+  return options;
+}
+
+const char* StateLabel(aggregator::v1::LearnerState state) {
+  switch (state) {
+    case aggregator::v1::LEARNER_STATE_READY:
+      return "ready";
+    case aggregator::v1::LEARNER_STATE_FAILED:
+      return "failed";
+    case aggregator::v1::LEARNER_STATE_REMOVED:
+      return "removed";
+    default:
+      return "connecting";
+  }
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
-    const AggregatorConfig& config) {
+    const AggregatorConfig& config, ServerHooks hooks) {
   std::unique_ptr<AggregatorServer> self(new AggregatorServer());
   AggregatorServer* raw = self.get();
+  self->hooks_ = std::move(hooks);
   self->config_ = config;
+  self->min_learners_ = config.min_learners;
 
   LearnerPoolOptions pool_options;
   pool_options.connect = config.connect;
@@ -33,17 +54,14 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     raw->OnReadyChange(ready, total);
   };
   self->pool_ = std::make_unique<LearnerPool>(std::move(pool_options));
-
-  LearnerServiceOptions service_options;
-  service_options.min_learners = config.min_learners;
-  service_options.call_timeout = config.call_timeout;
-  service_options.homogeneous_keys = config.homogeneous_keys;
   self->learner_service_ = std::make_unique<LearnerService>(
-      self->pool_.get(), std::move(service_options));
+      self->pool_.get(), ServiceOptions(config), &self->metrics_);
   self->admin_service_ = std::make_unique<AdminService>(
       [raw](aggregator::v1::AggregatorStatus* status) {
         raw->FillStatus(status);
-      });
+      },
+      self->hooks_.reload);
+  self->metrics_.registry().AddCollector([raw] { raw->CollectMetrics(); });
 
   // Before the server starts, so status calls always find it; its workers
   // start only once the address is bound.
@@ -87,11 +105,25 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   return self;
 }
 
+AggregatorServer::~AggregatorServer() {
+  Shutdown(std::chrono::system_clock::now());
+}
+
+AggregatorConfig AggregatorServer::config() const {
+  std::lock_guard<std::mutex> lock(config_mu_);
+  return config_;
+}
+
+std::chrono::milliseconds AggregatorServer::config_drain_timeout() const {
+  std::lock_guard<std::mutex> lock(config_mu_);
+  return config_.drain_timeout;
+}
+
 void AggregatorServer::UpdateLearners() {
   std::lock_guard<std::mutex> lock(learners_mu_);
   // After Shutdown began the pool only drains; the manager is stopping.
   if (shutting_down_) return;
-  std::vector<LearnerEndpoint> learners = config_.learners;
+  std::vector<LearnerEndpoint> learners = config().learners;
   for (LearnerEndpoint& endpoint : workers_->LearnerEndpoints()) {
     learners.push_back(std::move(endpoint));
   }
@@ -100,12 +132,8 @@ void AggregatorServer::UpdateLearners() {
   pool_->SetLearners(learners);
 }
 
-AggregatorServer::~AggregatorServer() {
-  Shutdown(std::chrono::system_clock::now());
-}
-
 std::string AggregatorServer::address() const {
-  const std::string& listen = config_.listen;
+  const std::string listen = config().listen;
   if (listen.rfind("unix:", 0) == 0) return listen;
   const size_t colon = listen.rfind(':');
   std::string host =
@@ -117,21 +145,42 @@ std::string AggregatorServer::address() const {
 
 bool AggregatorServer::WaitUntilReady(
     std::chrono::steady_clock::time_point deadline) const {
-  return pool_->WaitForReady(NeededLearners(config_), deadline);
+  return pool_->WaitForReady(
+      static_cast<size_t>(std::max(0, min_learners_.load())), deadline);
+}
+
+std::string AggregatorServer::Summary() const {
+  size_t running = 0;
+  const auto workers = workers_->Status();
+  for (const auto& worker : workers) {
+    if (worker.state() == aggregator::v1::WORKER_STATE_RUNNING) ++running;
+  }
+  std::string summary = absl::StrCat(pool_->ReadyCount(), " of ", pool_->size(),
+                                     " learners ready");
+  if (!workers.empty()) {
+    absl::StrAppend(&summary, "; ", running, " of ", workers.size(),
+                    " workers running");
+  }
+  return summary;
 }
 
 void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
-  std::lock_guard<std::mutex> lock(health_mu_);
-  if (shutting_down_ || server_ == nullptr) return;
-  const bool now_ready = ready >= NeededLearners(config_);
-  if (now_ready != ready_.exchange(now_ready)) {
-    spdlog::info("{}: {} of {} learner(s) ready (min_learners {})",
-                 now_ready ? "serving" : "not serving", ready, total,
-                 config_.min_learners);
+  bool now_ready = false;
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    if (shutting_down_ || draining_ || server_ == nullptr) return;
+    const int min_learners = min_learners_.load();
+    now_ready = ready >= static_cast<size_t>(std::max(0, min_learners));
+    if (now_ready != ready_.exchange(now_ready)) {
+      spdlog::info("{}: {} of {} learner(s) ready (min_learners {})",
+                   now_ready ? "serving" : "not serving", ready, total,
+                   min_learners);
+    }
+    auto* health = server_->GetHealthCheckService();
+    health->SetServingStatus(now_ready);
+    health->SetServingStatus(kLearnerServiceName, now_ready);
   }
-  auto* health = server_->GetHealthCheckService();
-  health->SetServingStatus(now_ready);
-  health->SetServingStatus(kLearnerServiceName, now_ready);
+  if (hooks_.on_ready_change) hooks_.on_ready_change(now_ready, ready, total);
 }
 
 void AggregatorServer::FillStatus(aggregator::v1::AggregatorStatus* status) {
@@ -141,9 +190,69 @@ void AggregatorServer::FillStatus(aggregator::v1::AggregatorStatus* status) {
   for (auto& worker : workers_->Status()) {
     *status->add_workers() = std::move(worker);
   }
-  status->set_config_path(config_.source);
-  status->set_config_generation(1);
+  status->set_config_path(config().source);
+  status->set_config_generation(generation_.load());
   status->set_ready(ready_.load());
+}
+
+void AggregatorServer::CollectMetrics() {
+  if (pool_ == nullptr) return;
+  std::map<std::string, int> by_state = {
+      {"ready", 0}, {"connecting", 0}, {"failed", 0}};
+  for (const auto& learner : pool_->Status()) {
+    ++by_state[StateLabel(learner.state())];
+  }
+  for (const auto& [state, count] : by_state) {
+    metrics_.SetLearners(state, count);
+  }
+  for (const auto& worker : workers_->Status()) {
+    metrics_.SetWorkerRestarts(worker.name(), worker.index(),
+                               worker.restarts());
+  }
+}
+
+absl::StatusOr<aggregator::v1::ReloadReply> AggregatorServer::Reload(
+    const AggregatorConfig& next) {
+  std::lock_guard<std::mutex> reload_lock(reload_mu_);
+  absl::StatusOr<std::string> summary = DescribeReload(config(), next);
+  if (!summary.ok()) {
+    metrics_.Reloaded(false);
+    return summary.status();
+  }
+  {
+    std::lock_guard<std::mutex> lock(config_mu_);
+    config_ = next;
+  }
+  min_learners_ = next.min_learners;
+  pool_->SetConnectOptions(next.connect);
+  learner_service_->SetOptions(ServiceOptions(next));
+  if (absl::Status applied = workers_->Apply(next.workers); !applied.ok()) {
+    // The file was valid; a worker that cannot start is reported by its
+    // state, as at start-up.
+    spdlog::error("reload: workers: {}", std::string(applied.message()));
+  }
+  UpdateLearners();
+  // min_learners may have changed: recompute readiness now.
+  OnReadyChange(pool_->ReadyCount(), pool_->size());
+  aggregator::v1::ReloadReply reply;
+  reply.set_config_generation(++generation_);
+  reply.set_summary(*summary);
+  metrics_.Reloaded(true);
+  return reply;
+}
+
+bool AggregatorServer::Drain(std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    if (shutting_down_ || server_ == nullptr) return true;
+    draining_ = true;
+    ready_ = false;
+    auto* health = server_->GetHealthCheckService();
+    health->SetServingStatus(false);
+    health->SetServingStatus(kLearnerServiceName, false);
+  }
+  learner_service_->StartDraining();
+  return learner_service_->WaitIdle(deadline);
 }
 
 void AggregatorServer::Shutdown(
@@ -160,7 +269,7 @@ void AggregatorServer::Shutdown(
   pool_.reset();
   // Each worker gets its own stop_timeout between SIGTERM and SIGKILL.
   std::chrono::milliseconds longest_stop(0);
-  for (const WorkerSpec& worker : config_.workers) {
+  for (const WorkerSpec& worker : config().workers) {
     longest_stop = std::max(longest_stop, worker.stop_timeout);
   }
   workers_->Shutdown(std::chrono::steady_clock::now() + longest_stop);

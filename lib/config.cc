@@ -269,6 +269,22 @@ class Parser {
              [&](const Field& f) { ReadConnect(f, &config->connect); }},
             {"call_timeout",
              [&](const Field& f) { ReadDuration(f, &config->call_timeout); }},
+            {"drain_timeout",
+             [&](const Field& f) { ReadDuration(f, &config->drain_timeout); }},
+            {"metrics",
+             [&](const Field& f) {
+               ReadMap(f, {{"listen", [&](const Field& listen) {
+                              // An empty string turns the endpoint off.
+                              std::string text;
+                              if (listen.node.IsScalar() &&
+                                  ReadString(listen, &text) && text.empty()) {
+                                config->metrics_listen.clear();
+                                return;
+                              }
+                              ReadAddress(listen, /*allow_port_zero=*/true,
+                                          &config->metrics_listen);
+                            }}});
+             }},
             {"max_message_bytes",
              [&](const Field& f) {
                ReadBytes(f, kMinMessageBytes, kMaxMessageBytes,

@@ -135,6 +135,11 @@ struct AggregatorConfig {
                                                "task_id", "learner_done"};
   // log.level: trace, debug, info, warn, error, critical or off.
   std::string log_level = "info";
+  // How long SIGTERM waits for calls in flight before stopping.
+  std::chrono::milliseconds drain_timeout{30000};
+  // metrics.listen: the Prometheus endpoint (GET /metrics); empty: none.
+  // Cannot change on reload.
+  std::string metrics_listen = "127.0.0.1:22273";
 };
 
 // Parses and validates YAML text. `source` names the text in error messages.

@@ -17,8 +17,6 @@ struct DaemonOptions {
   std::string listen;     // overrides `listen` when not empty
   std::string log_level;  // overrides `log.level` when not empty
   bool check_only = false;
-  // How long SIGTERM waits for in-flight calls.
-  std::chrono::milliseconds drain_timeout{30000};
 };
 
 // Exit codes: 0 after a clean stop or a passing --check; 1 for an invalid

@@ -111,6 +111,35 @@ void LearnerService::Finish(grpc::ServerUnaryReactor* reactor,
                          .count());
   }
   reactor->Finish(status);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--in_flight_ == 0) idle_.notify_all();
+}
+
+bool LearnerService::Enter(grpc::ServerUnaryReactor* reactor,
+                           const char* method) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!draining_) {
+      ++in_flight_;
+      return true;
+    }
+  }
+  const grpc::Status refused(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat(method, ": aggregatord is shutting down"));
+  if (metrics_ != nullptr) metrics_->Served(method, refused.error_code(), 0);
+  reactor->Finish(refused);
+  return false;
+}
+
+void LearnerService::StartDraining() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+}
+
+bool LearnerService::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
 }
 
 template <typename Request, typename Reply>
@@ -120,6 +149,7 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
     std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
   const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
+  if (!Enter(reactor, method)) return reactor;
   auto settings = this->settings();
   auto learners = ReadyLearners(method, *settings);
   if (!learners.ok()) {
@@ -143,6 +173,7 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
   // (lib/learner_pool.h).
   const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
+  if (!Enter(reactor, "GetResource")) return reactor;
   auto learners = ReadyLearners("GetResource", *settings());
   if (learners.ok()) {
     for (const LearnerHandle& learner : *learners) {
@@ -221,6 +252,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     grpc::ByteBuffer* reply) {
   const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
+  if (!Enter(reactor, "Learn")) return reactor;
   auto fail = [&](const grpc::Status& status) {
     Finish(reactor, "Learn", started, status);
     return reactor;

@@ -19,6 +19,7 @@
 #define LIB_LEARNER_SERVICE_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +54,11 @@ class LearnerService final
                  AggregatorMetrics* metrics = nullptr);
 
   void SetOptions(LearnerServiceOptions options);
+
+  // From now on new calls fail with UNAVAILABLE; calls in flight go on.
+  void StartDraining();
+  // Waits until no call is in flight or the deadline passes; true when none is.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
 
   grpc::ServerUnaryReactor* GetResource(
       grpc::CallbackServerContext* context,
@@ -102,7 +108,9 @@ class LearnerService final
   grpc::Status MergeLearn(
       LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
       const Settings& settings, grpc::ByteBuffer* reply);
-  // Finishes an incoming call and records it.
+  // Counts a new call in, or finishes it with UNAVAILABLE when draining.
+  bool Enter(grpc::ServerUnaryReactor* reactor, const char* method);
+  // Finishes an incoming call (counted in by Enter) and records it.
   void Finish(grpc::ServerUnaryReactor* reactor, const char* method,
               std::chrono::steady_clock::time_point started,
               const grpc::Status& status);
@@ -112,6 +120,9 @@ class LearnerService final
   SplitPlanner planner_;
   mutable std::mutex mu_;
   std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::condition_variable idle_;
 };
 
 }  // namespace aggregator

@@ -339,7 +339,7 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
   CHECK(Error("listen: \"127.0.0.1:1\"\nlisten_port: 5\n") ==
         "test.yaml:2:1: listen_port: unknown key; allowed here: listen, "
         "learners, workers, min_learners, connect, call_timeout, "
-        "max_message_bytes, merge, log");
+        "drain_timeout, metrics, max_message_bytes, merge, log");
   CHECK(Error("connect:\n  backoff:\n    jiter: 0.1\n") ==
         "test.yaml:3:5: connect.backoff.jiter: unknown key; allowed here: "
         "initial, multiplier, jitter, max");
@@ -925,3 +925,23 @@ TEST_CASE("LoadConfigFile reports a file it cannot read", "[config]") {
 
 }  // namespace
 }  // namespace aggregator
+
+TEST_CASE("drain_timeout and metrics.listen are read; \"\" turns metrics off",
+          "[config]") {
+  auto config = aggregator::ParseConfig(
+      "drain_timeout: 5s\nmetrics: {listen: \"127.0.0.1:0\"}\n", "test.yaml");
+  REQUIRE(config.ok());
+  CHECK(config->drain_timeout == std::chrono::seconds(5));
+  CHECK(config->metrics_listen == "127.0.0.1:0");
+  auto off = aggregator::ParseConfig("metrics: {listen: \"\"}\n", "test.yaml");
+  REQUIRE(off.ok());
+  CHECK(off->metrics_listen.empty());
+  auto defaults = aggregator::ParseConfig("", "test.yaml");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->metrics_listen == "127.0.0.1:22273");
+  CHECK(defaults->drain_timeout == std::chrono::seconds(30));
+  auto bad = aggregator::ParseConfig("metrics:\n  listen: nope\n", "test.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()),
+             Catch::Contains("test.yaml:2:11: metrics.listen:"));
+}

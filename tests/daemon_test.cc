@@ -55,7 +55,8 @@ std::string TwoLearnerConfig(const std::string& dir, const LearnerProcess& a,
                        "\"}\n"
                        "min_learners: 2\n"
                        "connect: {backoff: {initial: 50ms, max: 200ms}}\n"
-                       "call_timeout: 5s\n");
+                       "call_timeout: 5s\n"
+                   "metrics: {listen: \"127.0.0.1:0\"}\n");
 }
 
 struct BadConfig {

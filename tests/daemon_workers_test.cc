@@ -315,6 +315,7 @@ std::vector<pid_t> StartSleepers(Subprocess& daemon) {
 
 constexpr char kSleepersConfig[] =
     "listen: \"127.0.0.1:0\"\n"
+    "metrics: {listen: \"127.0.0.1:0\"}\n"
     "min_learners: 0\n"
     "workers:\n"
     "  - name: sleeper\n"
@@ -366,7 +367,9 @@ TEST_CASE("The default configuration finds example_learner in the runfiles") {
   WriteText(dir + "/aggregator.yaml",
             absl::StrReplaceAll(
                 yaml, {{"port_base: 22300\n",
-                        absl::StrCat("port_base: ", port_base, "\n")}}));
+                        absl::StrCat("port_base: ", port_base, "\n")},
+                       {"listen: \"127.0.0.1:22273\"",
+                        "listen: \"127.0.0.1:0\""}}));
   std::unique_ptr<Subprocess> daemon = StartDaemon(
       {"--config", dir + "/aggregator.yaml", "--listen", "127.0.0.1:0"}, dir);
   const std::vector<std::string> lines = ReadLogUntilAll(

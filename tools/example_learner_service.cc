@@ -147,6 +147,11 @@ int64_t ExampleLearner::learner_step() const {
   return learner_step_;
 }
 
+int64_t ExampleLearner::calls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return calls_;
+}
+
 bool ExampleLearner::task_open() const {
   std::lock_guard<std::mutex> lock(mu_);
   return task_open_;

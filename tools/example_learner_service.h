@@ -73,6 +73,8 @@ class ExampleLearner final : public aggregator::v1::Learner::Service {
   // order.
   std::vector<std::vector<std::string>> received() const;
   int64_t learner_step() const;
+  // RPCs received so far (counted on arrival, before any delay).
+  int64_t calls() const;
   bool task_open() const;
 
  private:

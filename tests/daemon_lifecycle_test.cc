@@ -1,0 +1,313 @@
+// aggregatord's life under an operator: systemd notifications (a real
+// NOTIFY_SOCKET), reloads by SIGHUP and by AggregatorAdmin.Reload, and draining
+// on SIGTERM. The daemon runs as a real process; learners are in-process peers.
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <future>
+#include <thread>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/process_helpers.h"
+#include "tests/test_cluster.h"
+
+using namespace aggregator::testing;
+namespace pb = aggregator::v1;
+
+namespace {
+
+constexpr char kDaemon[] = "daemon/aggregatord";
+
+// A systemd-style notification socket: datagrams of "KEY=VALUE\n..." lines.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    REQUIRE(path.size() < sizeof(addr.sun_path));
+    std::copy(path.begin(), path.end(), addr.sun_path);
+    REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  }
+  ~NotifySocket() { close(fd_); }
+
+  // The next datagram other than WATCHDOG=1 and STATUS=... (counted), or "" on
+  // timeout.
+  std::string Next(std::chrono::milliseconds timeout = kLongWait) {
+    if (!pending_.empty()) {
+      std::string message = pending_.front();
+      pending_.erase(pending_.begin());
+      return message;
+    }
+    return Receive(timeout);
+  }
+
+  // Waits until `count` watchdog pings have arrived in all; keeps other
+  // messages for Next().
+  bool AwaitWatchdogs(int count,
+                      std::chrono::milliseconds timeout = kLongWait) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (watchdogs < count && std::chrono::steady_clock::now() < deadline) {
+      std::string message = Receive(std::chrono::milliseconds(50));
+      if (!message.empty()) pending_.push_back(message);
+    }
+    return watchdogs >= count;
+  }
+
+  int watchdogs = 0;
+  std::string last_status;
+
+ private:
+  std::string Receive(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return "";
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char buffer[4096];
+      const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) continue;
+      std::string message(buffer, n);
+      if (message == "WATCHDOG=1") {
+        ++watchdogs;
+        continue;
+      }
+      if (message.rfind("STATUS=", 0) == 0) {
+        last_status = message;
+        continue;
+      }
+      return message;
+    }
+  }
+
+  std::vector<std::string> pending_;
+  std::string path_;
+  int fd_ = -1;
+};
+
+std::string Config(const std::vector<aggregator::LearnerEndpoint>& learners,
+                   const std::string& extra = "") {
+  std::string yaml = "listen: \"127.0.0.1:0\"\nlearners:\n";
+  for (const auto& l : learners) {
+    yaml += "  - {id: " + l.id + ", address: \"" + l.address + "\"}\n";
+  }
+  return yaml +
+         "min_learners: 1\nconnect: {backoff: {initial: 50ms, max: 200ms}}\n"
+         "metrics: {listen: \"127.0.0.1:0\"}\n" +
+         extra;
+}
+
+struct Daemon {
+  Daemon(const std::string& config,
+         std::vector<std::pair<std::string, std::string>> env = {}) {
+    aggregator::SubprocessOptions options;
+    options.argv = {kDaemon, "--config", config};
+    options.env = std::move(env);
+    auto started = aggregator::Subprocess::Start(options);
+    REQUIRE(started.ok());
+    process = std::move(*started);
+    const std::string listening =
+        WaitForLine(*process, "aggregatord listening on", /*from_stderr=*/true);
+    const size_t at = listening.find(" on ") + 4;
+    address = listening.substr(at, listening.find(' ', at) - at);
+    channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  }
+
+  // Waits for a log line (stderr) containing `needle`.
+  std::string Log(const std::string& needle) {
+    return WaitForLine(*process, needle, /*from_stderr=*/true);
+  }
+
+  grpc::Status Reload(pb::ReloadReply* reply) {
+    auto admin = pb::AggregatorAdmin::NewStub(channel);
+    return admin->Reload(Deadline().get(), {}, reply);
+  }
+
+  pb::AggregatorStatus Status() {
+    auto admin = pb::AggregatorAdmin::NewStub(channel);
+    pb::AggregatorStatus status;
+    REQUIRE(admin->GetStatus(Deadline().get(), {}, &status).ok());
+    return status;
+  }
+
+  grpc::health::v1::HealthCheckResponse::ServingStatus Health() {
+    auto health = grpc::health::v1::Health::NewStub(channel);
+    grpc::health::v1::HealthCheckResponse response;
+    auto status = health->Check(Deadline().get(), {}, &response);
+    return status.ok() ? response.status()
+                       : grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  }
+
+  std::unique_ptr<aggregator::Subprocess> process;
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+int LearnerCount(Daemon& daemon) {
+  pb::Resource resource;
+  auto stub = LearnerStub(daemon.address);
+  if (!stub->GetResource(Deadline().get(), {}, &resource).ok()) return -1;
+  return resource.learners();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "systemd hears READY, RELOADING, READY, STOPPING and watchdog pings") {
+  const std::string dir = TempDir();
+  auto learner = StartLearner();
+  const std::string config =
+      WriteFile(dir + "/a.yaml", Config({{"l0", learner->address}}));
+  // A socket path must fit sockaddr_un (108 bytes): $TEST_TMPDIR is too deep.
+  std::string short_dir = "/tmp/notifyXXXXXX";
+  REQUIRE(mkdtemp(short_dir.data()) != nullptr);
+  const std::string socket_path = short_dir + "/notify.sock";
+  NotifySocket notify(socket_path);
+  Daemon daemon(config,
+                {{"NOTIFY_SOCKET", socket_path}, {"WATCHDOG_USEC", "200000"}});
+  CHECK(notify.Next() == "READY=1");
+  CHECK(notify.AwaitWatchdogs(2));  // every 100 ms: half of WATCHDOG_USEC
+  REQUIRE(daemon.process->Signal(SIGHUP).ok());
+  CHECK_THAT(notify.Next(), Catch::StartsWith("RELOADING=1\nMONOTONIC_USEC="));
+  CHECK(notify.Next() == "READY=1");
+  REQUIRE(daemon.process->Signal(SIGTERM).ok());
+  CHECK(notify.Next() == "STOPPING=1");
+  auto exit =
+      daemon.process->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+  CHECK_THAT(notify.last_status, Catch::Contains("learners ready"));
+}
+
+TEST_CASE(
+    "Reload adds a learner, keeps serving through a broken file, refuses "
+    "listen") {
+  const std::string dir = TempDir();
+  auto first = StartLearner();
+  auto second = StartLearner();
+  const std::string config =
+      WriteFile(dir + "/a.yaml", Config({{"l0", first->address}}));
+  Daemon daemon(config);
+  daemon.Log("serving:");
+  CHECK(LearnerCount(daemon) == 1);
+
+  SECTION("a learner added by SIGHUP joins") {
+    WriteFile(config,
+              Config({{"l0", first->address}, {"l1", second->address}}));
+    REQUIRE(daemon.process->Signal(SIGHUP).ok());
+    daemon.Log("configuration reloaded");
+    REQUIRE(Eventually([&] { return LearnerCount(daemon) == 2; }));
+    CHECK(daemon.Status().config_generation() == 2);
+  }
+  SECTION("a broken file keeps the old configuration, naming line and column") {
+    WriteFile(config, Config({{"l0", first->address}}) + "call_timeout: [\n");
+    pb::ReloadReply reply;
+    const grpc::Status status = daemon.Reload(&reply);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(),
+               Catch::Contains(config + ":8:1: YAML syntax error"));
+    REQUIRE(daemon.process->Signal(SIGHUP).ok());
+    CHECK_THAT(daemon.Log("reload failed"),
+               Catch::Contains(config + ":8:1: YAML syntax error"));
+    CHECK(LearnerCount(daemon) == 1);
+    CHECK(daemon.Status().config_generation() == 1);
+  }
+  SECTION("a change of listen is rejected by name") {
+    std::string moved = Config({{"l0", first->address}});
+    moved.replace(moved.find("127.0.0.1:0"), 11, "127.0.0.1:1");
+    WriteFile(config, moved);
+    pb::ReloadReply reply;
+    const grpc::Status status = daemon.Reload(&reply);
+    CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK_THAT(status.error_message(), Catch::Contains("listen"));
+    CHECK(LearnerCount(daemon) == 1);
+  }
+  REQUIRE(daemon.process->Signal(SIGTERM).ok());
+  REQUIRE(
+      daemon.process->Wait(std::chrono::steady_clock::now() + kLongWait).ok());
+}
+
+TEST_CASE(
+    "A learner removed by reload finishes the Learn in flight through it") {
+  const std::string dir = TempDir();
+  auto fast = StartLearner();
+  aggregator::ExampleLearnerOptions slow_options;
+  slow_options.delay = milliseconds(1500);
+  slow_options.delay_on = "Learn";
+  auto slow = StartLearner(slow_options);
+  const std::string config =
+      WriteFile(dir + "/a.yaml",
+                Config({{"fast", fast->address}, {"slow", slow->address}}));
+  Daemon daemon(config);
+  REQUIRE(Eventually([&] { return LearnerCount(daemon) == 2; }));
+  auto stub = LearnerStub(daemon.address);
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  const int64_t before = slow->learner->calls();
+  auto learn = std::async(std::launch::async, [&] {
+    pb::LearnReply reply;
+    pb::LearnRequest batch = Batch(64, "r");
+    batch.set_plan_id(demand.plan_id());
+    return LearnerStub(daemon.address)->Learn(Deadline().get(), batch, &reply);
+  });
+  REQUIRE(Eventually([&] { return slow->learner->calls() > before; }));
+  WriteFile(config, Config({{"fast", fast->address}}));
+  pb::ReloadReply reply;
+  REQUIRE(daemon.Reload(&reply).ok());
+  CHECK(reply.config_generation() == 2);
+  CHECK(LearnerCount(daemon) == 1);
+  const grpc::Status learned = learn.get();
+  INFO(learned.error_message());
+  CHECK(learned.ok());
+  REQUIRE(daemon.process->Signal(SIGTERM).ok());
+  REQUIRE(
+      daemon.process->Wait(std::chrono::steady_clock::now() + kLongWait).ok());
+}
+
+TEST_CASE(
+    "SIGTERM drains: the Learn in flight completes, health says NOT_SERVING") {
+  const std::string dir = TempDir();
+  aggregator::ExampleLearnerOptions slow_options;
+  slow_options.delay = milliseconds(1500);
+  slow_options.delay_on = "Learn";
+  auto slow = StartLearner(slow_options);
+  const std::string config =
+      WriteFile(dir + "/a.yaml",
+                Config({{"slow", slow->address}}, "drain_timeout: 5s\n"));
+  Daemon daemon(config);
+  daemon.Log("serving:");
+  CHECK(daemon.Health() == grpc::health::v1::HealthCheckResponse::SERVING);
+  auto stub = LearnerStub(daemon.address);
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  const int64_t before = slow->learner->calls();
+  auto learn = std::async(std::launch::async, [&] {
+    pb::LearnReply reply;
+    pb::LearnRequest batch = Batch(32, "d");
+    return LearnerStub(daemon.address)->Learn(Deadline().get(), batch, &reply);
+  });
+  REQUIRE(Eventually([&] { return slow->learner->calls() > before; }));
+  const auto signalled = std::chrono::steady_clock::now();
+  REQUIRE(daemon.process->Signal(SIGTERM).ok());
+  REQUIRE(Eventually([&] {
+    return daemon.Health() ==
+           grpc::health::v1::HealthCheckResponse::NOT_SERVING;
+  }));
+  pb::DataDemand refused;
+  CHECK(stub->GetData(Deadline().get(), {}, &refused).error_code() ==
+        grpc::StatusCode::UNAVAILABLE);
+  const grpc::Status learned = learn.get();
+  INFO(learned.error_message());
+  CHECK(learned.ok());
+  auto exit = daemon.process->Wait(signalled + std::chrono::seconds(5));
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+}
