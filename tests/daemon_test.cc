@@ -1,6 +1,7 @@
 // aggregatord, example_learner and aggregatorctl as real processes:
 // configuration errors, a whole training loop from the command line, a learner
 // killed mid-step, and a clean stop on SIGTERM.
+#include <httplib.h>
 #include <signal.h>
 
 #include <catch2/catch.hpp>
@@ -31,15 +32,33 @@ LearnerProcess StartLearnerProcess(std::vector<std::string> extra = {}) {
 }
 
 // Starts aggregatord on `config` and waits until min_learners are ready.
-std::unique_ptr<aggregator::Subprocess> StartDaemon(const std::string& config,
-                                                    std::string* address) {
+std::unique_ptr<aggregator::Subprocess> StartDaemon(
+    const std::string& config, std::string* address,
+    std::string* metrics_port = nullptr) {
   auto daemon = Spawn({kDaemon, "--config", config, "--listen", "127.0.0.1:0"});
-  const std::string listening =
-      WaitForLine(*daemon, "aggregatord listening on", /*from_stderr=*/true);
-  // "... listening on 127.0.0.1:5 with 2 learner(s), ...": the word after "on".
-  const size_t at = listening.find(" on ") + 4;
-  *address = listening.substr(at, listening.find(' ', at) - at);
-  WaitForLine(*daemon, "serving:", /*from_stderr=*/true);
+  // The log says where it listens, where metrics are, and when it serves, the
+  // last two in either order.
+  bool serving = false;
+  bool metrics = false;
+  const auto deadline = std::chrono::steady_clock::now() + kLongWait;
+  while (!serving || !metrics || address->empty()) {
+    auto line = daemon->ReadLine(deadline, /*from_stderr=*/true);
+    REQUIRE(line.ok());
+    if (size_t at = line->find("aggregatord listening on ");
+        at != std::string::npos) {
+      at += 25;
+      *address = line->substr(at, line->find(' ', at) - at);
+    }
+    if (size_t at = line->find("metrics on http://"); at != std::string::npos) {
+      metrics = true;
+      const size_t colon = line->find(':', at + 18);
+      if (metrics_port != nullptr) {
+        *metrics_port =
+            line->substr(colon + 1, line->find('/', colon) - colon - 1);
+      }
+    }
+    serving = serving || line->find("serving:") != std::string::npos;
+  }
   return daemon;
 }
 
@@ -56,7 +75,7 @@ std::string TwoLearnerConfig(const std::string& dir, const LearnerProcess& a,
                        "min_learners: 2\n"
                        "connect: {backoff: {initial: 50ms, max: 200ms}}\n"
                        "call_timeout: 5s\n"
-                   "metrics: {listen: \"127.0.0.1:0\"}\n");
+                       "metrics: {listen: \"127.0.0.1:0\"}\n");
 }
 
 struct BadConfig {
@@ -88,13 +107,17 @@ TEST_CASE(
   for (const BadConfig& bad : cases) {
     SECTION(bad.what) {
       const std::string path = WriteFile(dir + "/bad.yaml", bad.yaml);
-      auto daemon = Spawn({kDaemon, "--config", path});
-      const std::string err = ReadAll(*daemon, /*from_stderr=*/true);
-      auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
-      REQUIRE(exit.ok());
-      CHECK(exit->exit_code == 1);
-      CHECK_THAT(err, Catch::Contains(path + ":" + bad.expected));
-      CHECK_THAT(err, !Catch::Contains("listening"));
+      for (bool check : {false, true}) {
+        std::vector<std::string> argv = {kDaemon, "--config", path};
+        if (check) argv.push_back("--check");
+        auto daemon = Spawn(argv);
+        const std::string err = ReadAll(*daemon, /*from_stderr=*/true);
+        auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+        REQUIRE(exit.ok());
+        CHECK(exit->exit_code == 1);
+        CHECK_THAT(err, Catch::Contains(path + ":" + bad.expected));
+        CHECK_THAT(err, !Catch::Contains("listening"));
+      }
     }
   }
   SECTION("missing file") {
@@ -128,7 +151,9 @@ TEST_CASE(
   LearnerProcess a = StartLearnerProcess();
   LearnerProcess b = StartLearnerProcess({"--batch-size", "16"});
   std::string address;
-  auto daemon = StartDaemon(TwoLearnerConfig(dir, a, b), &address);
+  std::string metrics_port;
+  auto daemon =
+      StartDaemon(TwoLearnerConfig(dir, a, b), &address, &metrics_port);
 
   auto run = Spawn(
       {kCtl, "--target", address, "run", "--steps", "3", "--bytes", "1000"});
@@ -137,6 +162,30 @@ TEST_CASE(
   REQUIRE(ran.ok());
   CHECK(ran->ok());
   CHECK_THAT(out, Catch::Contains("steps 3  samples 144"));
+
+  // A live scrape: the figures of the loop, in a format promtool accepts.
+  httplib::Client client("127.0.0.1", std::stoi(metrics_port));
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  auto response = client.Get("/metrics");
+  REQUIRE(response);
+  const std::string metrics = response->body;
+  const std::string scrape = WriteFile(dir + "/scrape.txt", metrics);
+  auto promtool =
+      Spawn({"/bin/sh", "-c", "promtool check metrics < " + scrape + " 2>&1"});
+  const std::string checked_out = ReadAll(*promtool, false);
+  auto checked = promtool->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(checked.ok());
+  INFO(checked_out);
+  CHECK(checked->ok());
+  CHECK_THAT(metrics,
+             Catch::Contains(
+                 "aggregator_requests_total{rpc=\"Learn\",code=\"OK\"} 3"));
+  CHECK_THAT(metrics,
+             Catch::Contains("aggregator_learners{state=\"ready\"} 2"));
+  CHECK_THAT(metrics,
+             Catch::Contains("aggregator_learner_calls_total{learner="
+                             "\"learner1\",rpc=\"Learn\",code=\"OK\"} 3"));
 
   auto status = Spawn({kCtl, "--target", address, "status"});
   const std::string table = ReadAll(*status, false);

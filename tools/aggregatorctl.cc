@@ -8,6 +8,7 @@
 //     run --steps K [--bytes B]      GetData -> Learn K times, with a summary
 //     status                         learners and workers (AggregatorAdmin)
 //     health [--service NAME]        exit 0 when SERVING, 1 otherwise (probes)
+//     reload                         re-read the configuration file
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -223,6 +224,8 @@ int main(int argc, char** argv) {
   run->add_option("--bytes", options.bytes, "bytes of data per sample")
       ->check(CLI::NonNegativeNumber);
   auto* status = app.add_subcommand("status", "learners and workers");
+  auto* reload = app.add_subcommand(
+      "reload", "re-read the aggregator's configuration file");
   auto* health = app.add_subcommand(
       "health", "exit 0 when the aggregator is SERVING, 1 otherwise");
   health->add_option("--service", options.health_service,
@@ -285,6 +288,14 @@ int main(int argc, char** argv) {
     return Status(channel, options);
   } else if (health->parsed()) {
     return Health(channel, options);
+  } else if (reload->parsed()) {
+    auto admin = pb::AggregatorAdmin::NewStub(channel);
+    pb::ReloadReply reply;
+    grpc::Status s = admin->Reload(Context(options).get(), {}, &reply);
+    if (!s.ok()) return Fail("Reload", s);
+    std::printf("configuration generation %lld: %s\n",
+                static_cast<long long>(reply.config_generation()),
+                reply.summary().c_str());
   }
   return 0;
 }

@@ -1,0 +1,56 @@
+#include "lib/config_diff.h"
+
+#include <catch2/catch.hpp>
+
+using aggregator::AggregatorConfig;
+using aggregator::DescribeReload;
+
+namespace {
+
+AggregatorConfig Base() {
+  AggregatorConfig config;
+  config.learners = {{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}};
+  aggregator::WorkerSpec worker;
+  worker.name = "w";
+  worker.command = {"sleep", "100"};
+  config.workers = {worker};
+  return config;
+}
+
+}  // namespace
+
+TEST_CASE("Fields that need a restart are refused, each by name") {
+  AggregatorConfig next = Base();
+  next.listen = "127.0.0.1:9";
+  next.metrics_listen = "";
+  auto refused = DescribeReload(Base(), next);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("listen (running 127.0.0.1:22272, file says "
+                             "127.0.0.1:9)") &&
+                 Catch::Contains("metrics.listen") &&
+                 !Catch::Contains("max_message_bytes"));
+  next = Base();
+  next.max_message_bytes = 4096;
+  CHECK(DescribeReload(Base(), next).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("A reload summary says what changes") {
+  CHECK(*DescribeReload(Base(), Base()) == "no changes");
+  AggregatorConfig next = Base();
+  next.learners = {{"b", "127.0.0.1:3"}, {"c", "127.0.0.1:4"}};
+  next.workers[0].replicas = 3;
+  aggregator::WorkerSpec extra;
+  extra.name = "x";
+  next.workers.push_back(extra);
+  next.call_timeout = std::chrono::seconds(5);
+  next.log_level = "debug";
+  next.connect.backoff.jitter = 0;
+  auto summary = DescribeReload(Base(), next);
+  REQUIRE(summary.ok());
+  CHECK(*summary ==
+        "learners +1 -1 ~1; workers ~w +x; call_timeout 60000ms -> 5000ms; "
+        "connect; log.level info -> debug");
+}
