@@ -67,7 +67,7 @@ struct BenchOptions {
   bool quick = false;
   int small_iterations = 2000;
   int fanout_iterations = 300;
-  int large_iterations = 3;
+  int large_iterations = 5;
   int startup_cycles = 5;
   std::vector<int> sizes_mib = {16, 64, 256};
   std::vector<int> learner_counts = {1, 2, 4, 8};
@@ -688,7 +688,7 @@ Section Bench::LargeBatches() {
       row.unit = "ms";
       row.comparison = absl::StrCat(
           FormatNumber(batch->payload_bytes / 1e6 / (d.median / 1e3)),
-          " MB/s (median over the cases above)");
+          " MB/s (median of the cases above)");
       row.details = {{"direct_ms_case_medians", all_direct}};
       section.rows.push_back(std::move(row));
     }
@@ -973,9 +973,8 @@ Section Bench::StartUp() {
     python_down.value = kPythonCloseMs;
     python_down.unit = "ms";
     python_down.ratio = kPythonCloseMs / std::max(e.median, c.median);
-    python_down.comparison =
-        absl::StrCat(kPublished, "; aggregatord ", Times(*python_down.ratio),
-                     " faster (its slower case)");
+    python_down.comparison = absl::StrCat(kPublished, "; aggregatord ",
+                                          Times(*python_down.ratio), " faster");
     section.rows.push_back(std::move(python_down));
 
     for (const auto& [count, ms] : fanout_ready_ms_) {
@@ -1290,9 +1289,11 @@ int Main(int argc, char** argv) {
   report.options["wall_seconds"] = seconds;
 
   std::string text = report.Text();
-  absl::StrAppend(&text, "\nchild env: ", env->label, "; ran ",
-                  FormatNumber(seconds), " s; results in ", options.json_path,
-                  "\n");
+  absl::StrAppend(
+      &text, "\nchild env: ",
+      options.compare_allocators ? "per allocator (section A)" : env->label,
+      "; ran ", FormatNumber(seconds), " s; results in ", options.json_path,
+      "\n");
   std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
 
