@@ -1,0 +1,1316 @@
+// bench: measures aggregatord against issue 6's targets in one run, with the
+// daemon and example learners as real processes on this machine.
+//
+//   bazel run -c opt //tools:bench -- [--quick] [--json PATH]
+//       [--env KEY=VALUE]... [--preload LIB] [--compare-allocators]
+//
+// Sections: 1 small calls, 2 large batches, 3 fan-out, 4 supervisor (run by
+// //tools:supervisor_bench when built), 5 start-up and shutdown; A (only with
+// --compare-allocators) glibc defaults against tuned glibc, jemalloc and
+// tcmalloc. Prints a table on stdout, progress on stderr, and writes JSON.
+// See tools/BENCH.md for what each row means.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lib/subprocess.h"
+#include "proto/learner.grpc.pb.h"
+#include "tools/bench_processes.h"
+#include "tools/bench_report.h"
+#include "tools/cpp/runfiles/runfiles.h"
+
+namespace aggregator {
+namespace {
+
+namespace pb = aggregator::v1;
+using Clock = BenchClock;
+using Milliseconds = std::chrono::duration<double, std::milli>;
+
+constexpr char kWorkspace[] = "learner_aggregator";
+constexpr char kLearnMethod[] = "/aggregator.v1.Learner/Learn";
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Deadlines: generous, because other builds may share the 2 cores.
+constexpr std::chrono::seconds kStartDeadline(30);
+constexpr std::chrono::seconds kSmallCallDeadline(10);
+constexpr std::chrono::seconds kLargeCallDeadline(120);
+constexpr std::chrono::seconds kExitDeadline(10);
+constexpr std::chrono::minutes kSupervisorBenchDeadline(3);
+
+// The Python original, measured by issue 6's author (not here).
+constexpr char kPublished[] = "published, not measured here";
+constexpr double kPythonResourceMs = 4.4;
+constexpr double kPythonGetDataMs = 26;
+constexpr double kPythonLearnMs = 28;
+constexpr double kPythonStartupMs = 6100;
+constexpr double kPythonCloseMs = 9000;
+
+struct BenchOptions {
+  bool quick = false;
+  int small_iterations = 2000;
+  int fanout_iterations = 300;
+  int large_iterations = 5;
+  int startup_cycles = 5;
+  std::vector<int> sizes_mib = {16, 64, 256};
+  std::vector<int> learner_counts = {1, 2, 4, 8};
+  std::vector<int> fanout_counts = {1, 2, 4, 8, 16, 32, 64};
+  int64_t large_sample_bytes = 1 << 20;
+  std::string sections = "12345";
+  bool compare_allocators = false;
+  std::string daemon;
+  std::string learner;
+  std::string supervisor_bench;
+  std::vector<std::string> env;
+  std::string preload;
+  std::string json_path;
+};
+
+void Progress(const std::string& text) {
+  static const auto started = BenchClock::now();
+  std::fprintf(
+      stderr, "bench: [%5.1f s] %s\n",
+      std::chrono::duration<double>(BenchClock::now() - started).count(),
+      text.c_str());
+}
+
+// "16" for whole numbers of MiB, else three figures.
+std::string MiBText(double bytes) {
+  const double mib = bytes / (1024.0 * 1024.0);
+  return mib == static_cast<int64_t>(mib)
+             ? absl::StrCat(static_cast<int64_t>(mib))
+             : FormatNumber(mib);
+}
+
+std::string Times(double ratio) { return FormatNumber(ratio) + "×"; }
+
+double ToMs(Clock::duration d) { return Milliseconds(d).count(); }
+
+std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+void SetDeadline(grpc::ClientContext* context, std::chrono::seconds timeout) {
+  context->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+absl::Status FromGrpc(const char* what, const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(what, ": ", status.error_message()));
+}
+
+pb::LearnRequest MakeBatch(int64_t count, int64_t bytes) {
+  pb::LearnRequest request;
+  request.mutable_samples()->Reserve(static_cast<int>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    auto* sample = request.add_samples();
+    sample->mutable_data()->assign(static_cast<size_t>(bytes),
+                                   static_cast<char>('a' + i % 26));
+    (*sample->mutable_meta()->mutable_fields())["replay_unique_id"]
+        .set_string_value(absl::StrCat("s", i));
+  }
+  return request;
+}
+
+// The sample count a Learn reply reports: the example learner's `received`,
+// which the aggregator merges into one entry per learner.
+int64_t ReceivedCount(const pb::LearnReply& reply) {
+  auto it = reply.info().fields().find("received");
+  if (it == reply.info().fields().end()) return -1;
+  if (it->second.has_number_value()) {
+    return static_cast<int64_t>(it->second.number_value());
+  }
+  int64_t sum = 0;
+  for (const auto& value : it->second.list_value().values()) {
+    sum += static_cast<int64_t>(value.number_value());
+  }
+  return sum;
+}
+
+absl::Status CheckReceived(const pb::LearnReply& reply, int64_t expected,
+                           const std::string& where) {
+  const int64_t got = ReceivedCount(reply);
+  if (got == expected) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(where, ": Learn reply reports ", got,
+                                          " samples received, expected ",
+                                          expected));
+}
+
+// A Learn batch serialised once; every call sends the same bytes (the
+// ByteBuffer references `wire`, so a call copies nothing and allocates no
+// payload on the client side).
+struct LargeBatch {
+  int64_t samples = 0;
+  int64_t payload_bytes = 0;
+  std::string wire;
+  grpc::ByteBuffer buffer;
+};
+
+std::unique_ptr<LargeBatch> BuildLargeBatch(int64_t samples,
+                                            int64_t sample_bytes) {
+  auto batch = std::make_unique<LargeBatch>();
+  batch->samples = samples;
+  batch->payload_bytes = samples * sample_bytes;
+  {
+    const pb::LearnRequest request = MakeBatch(samples, sample_bytes);
+    request.SerializeToString(&batch->wire);
+  }
+  grpc::Slice slice(batch->wire.data(), batch->wire.size(),
+                    grpc::Slice::STATIC_SLICE);
+  batch->buffer = grpc::ByteBuffer(&slice, 1);
+  return batch;
+}
+
+// Sends pre-serialised Learn requests through the generic API and a
+// completion queue driven by the calling thread: no serialisation, no payload
+// allocation and no thread hop on the client side of the clock.
+class LargeLearnClient {
+ public:
+  explicit LargeLearnClient(const std::string& address)
+      : stub_(Channel(address)) {}
+  ~LargeLearnClient() {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+
+  // One Learn; returns its wall time in ms. The reply is parsed after the
+  // clock stops.
+  absl::StatusOr<double> Learn(const grpc::ByteBuffer& request,
+                               pb::LearnReply* reply) {
+    grpc::ClientContext context;
+    SetDeadline(&context, kLargeCallDeadline);
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    const auto started = Clock::now();
+    auto call = stub_.PrepareUnaryCall(&context, kLearnMethod, request, &cq_);
+    call->StartCall();
+    call->Finish(&response, &status, this);
+    void* tag = nullptr;
+    bool ok = false;
+    const auto next = cq_.AsyncNext(
+        &tag, &ok, std::chrono::system_clock::now() + kLargeCallDeadline);
+    const auto finished = Clock::now();
+    if (next != grpc::CompletionQueue::GOT_EVENT) {
+      // The call's own deadline has passed too: cancel and collect its tag.
+      context.TryCancel();
+      (void)cq_.Next(&tag, &ok);
+      return absl::DeadlineExceededError("Learn: no answer within deadline");
+    }
+    if (!status.ok()) return FromGrpc("Learn", status);
+    if (!grpc::SerializationTraits<pb::LearnReply>::Deserialize(&response,
+                                                                reply)
+             .ok()) {
+      return absl::InternalError("Learn: cannot parse the reply");
+    }
+    return ToMs(finished - started);
+  }
+
+ private:
+  grpc::GenericStub stub_;
+  grpc::CompletionQueue cq_;
+};
+
+// A daemon started for one measurement, ready (health SERVING).
+struct RunningDaemon {
+  std::unique_ptr<DaemonProcess> process;
+  std::string address;
+  double listening_ms = 0;  // spawn -> "listening" line read
+  double ready_ms = 0;      // spawn -> SERVING seen by the health watch
+  // "starting" -> "serving:" by the daemon's own log timestamps (1 ms
+  // resolution), when both lines parse.
+  std::optional<double> log_ready_ms;
+};
+
+struct LargeCaseResult {
+  Summary aggregated_ms;
+  Summary direct_ms;
+  double baseline_rss_mib = 0;  // before the first Learn
+  double first_peak_mib = 0;    // peak over the warm-up call
+  double peak_mib = 0;          // peak over the timed calls
+  bool peak_reset = false;      // clear_refs worked: peak_mib excludes warm-up
+  int warnings = 0;
+};
+
+class Bench {
+ public:
+  Bench(BenchOptions options, ChildEnv env, TempDir dir)
+      : options_(std::move(options)),
+        env_(std::move(env)),
+        dir_(std::move(dir)) {}
+
+  Section SmallCalls();
+  Section LargeBatches();
+  Section FanOut();
+  Section Supervisor();
+  Section StartUp();
+  Section Allocators();
+
+ private:
+  // Runs `body`; an error marks the section failed and is noted in it (the
+  // rows gathered so far are kept). Every process `body` started is stopped
+  // by its owner's destructor on the way out.
+  Section Run(Section section,
+              const std::function<absl::Status(Section&)>& body);
+
+  absl::StatusOr<RunningDaemon> StartDaemon(
+      const std::vector<std::string>& learners, const ChildEnv& env);
+  absl::StatusOr<LearnerSet> StartLearners(int count, int64_t batch_size,
+                                           const ChildEnv& env) {
+    return LearnerSet::Start(options_.learner, count, batch_size, env,
+                             Clock::now() + kStartDeadline);
+  }
+  absl::StatusOr<LargeCaseResult> RunLargeCase(const LargeBatch& batch,
+                                               int learners,
+                                               LargeLearnClient& direct,
+                                               const ChildEnv& env,
+                                               int iterations);
+  // SIGTERM -> exit in ms; a slow exit (over 200 ms) adds the daemon's last
+  // log lines to the section's notes.
+  absl::StatusOr<double> Terminate(RunningDaemon& daemon, Section& section,
+                                   const std::string& what);
+  // Rows for one large case (shared by sections 2 and A).
+  void AddLargeRows(Section& section, const std::string& prefix,
+                    const LargeBatch& batch, int learners,
+                    const LargeCaseResult& result);
+
+  const BenchOptions options_;
+  const ChildEnv env_;
+  const TempDir dir_;
+  int configs_written_ = 0;
+  // From section 3, reported in section 5: spawn -> ready and SIGTERM -> exit
+  // by learner count.
+  std::map<int, double> fanout_ready_ms_;
+  std::map<int, double> fanout_exit_ms_;
+};
+
+Section Bench::Run(Section section,
+                   const std::function<absl::Status(Section&)>& body) {
+  Progress(absl::StrCat("section ", section.id, ": ", section.title));
+  const absl::Status status = body(section);
+  if (!status.ok()) {
+    section.failed = true;
+    section.notes.push_back(
+        absl::StrCat("ERROR: section stopped: ", status.ToString()));
+    Progress(
+        absl::StrCat("section ", section.id, " failed: ", status.ToString()));
+  }
+  return section;
+}
+
+absl::StatusOr<RunningDaemon> Bench::StartDaemon(
+    const std::vector<std::string>& learners, const ChildEnv& env) {
+  auto config =
+      dir_.Write(absl::StrCat("aggregator-", ++configs_written_, ".yaml"),
+                 BenchConfigYaml(learners));
+  if (!config.ok()) return config.status();
+  const auto deadline = Clock::now() + kStartDeadline;
+  auto process = DaemonProcess::Spawn(options_.daemon, *config, env);
+  if (!process.ok()) return process.status();
+  RunningDaemon daemon;
+  daemon.process = std::move(*process);
+  auto listening = daemon.process->WaitListening(deadline);
+  if (!listening.ok()) return listening.status();
+  daemon.address = listening->address;
+  daemon.listening_ms = ToMs(listening->arrived - daemon.process->spawned());
+  auto serving = daemon.process->WaitServing(daemon.address, deadline);
+  if (!serving.ok()) return serving.status();
+  daemon.ready_ms = ToMs(*serving - daemon.process->spawned());
+  auto starting =
+      daemon.process->WaitForLine("starting with configuration", deadline);
+  auto ready_line = daemon.process->WaitForLine("serving:", deadline);
+  if (starting.ok() && ready_line.ok()) {
+    const auto from = LogTimeOfDayMs(starting->text);
+    const auto to = LogTimeOfDayMs(ready_line->text);
+    if (from.has_value() && to.has_value()) {
+      double ms = *to - *from;
+      if (ms < 0) ms += 24 * 3600 * 1000.0;  // across midnight
+      daemon.log_ready_ms = ms;
+    }
+  }
+  return daemon;
+}
+
+absl::StatusOr<double> Bench::Terminate(RunningDaemon& daemon, Section& section,
+                                        const std::string& what) {
+  auto exit = daemon.process->Terminate(Clock::now() + kExitDeadline);
+  if (!exit.ok()) return exit.status();
+  const double ms = ToMs(*exit);
+  if (ms > 200) {
+    section.notes.push_back(
+        absl::StrCat("note: ", what, ": SIGTERM → exit took ", FormatNumber(ms),
+                     " ms; the daemon's log ends:\n", daemon.process->Tail(4)));
+  }
+  return ms;
+}
+
+// Section 1 ------------------------------------------------------------------
+
+Section Bench::SmallCalls() {
+  const int iterations = options_.small_iterations;
+  const int warmup = std::max(20, iterations / 10);
+  Section section{"1",
+                  absl::StrCat("Small calls: 4 learners via aggregatord vs 1 "
+                               "learner direct (",
+                               iterations, " calls each after ", warmup,
+                               " warm-up, interleaved)")};
+  return Run(std::move(section), [&](Section& section) -> absl::Status {
+    auto learners = StartLearners(4, 32, env_);
+    if (!learners.ok()) return learners.status();
+    auto direct_learner = StartLearners(1, 128, env_);
+    if (!direct_learner.ok()) return direct_learner.status();
+    auto daemon = StartDaemon(learners->Addresses(4), env_);
+    if (!daemon.ok()) return daemon.status();
+    auto aggregated = pb::Learner::NewStub(Channel(daemon->address));
+    auto direct = pb::Learner::NewStub(Channel((*direct_learner)[0].address()));
+    const pb::LearnRequest batch = MakeBatch(128, 64);
+
+    using Call =
+        std::function<grpc::Status(pb::Learner::Stub&, grpc::ClientContext*)>;
+    struct Method {
+      const char* name;
+      double target_ms;
+      double python_ms;
+      Call call;
+    };
+    pb::Resource resource;
+    pb::DataDemand demand;
+    pb::LearnReply learned;
+    const std::vector<Method> methods = {
+        {"GetResource", 0.2, kPythonResourceMs,
+         [&](pb::Learner::Stub& stub, grpc::ClientContext* context) {
+           return stub.GetResource(context, {}, &resource);
+         }},
+        {"GetData", 0.4, kPythonGetDataMs,
+         [&](pb::Learner::Stub& stub, grpc::ClientContext* context) {
+           return stub.GetData(context, {}, &demand);
+         }},
+        {"Learn 128 × 64 B", 0.5, kPythonLearnMs,
+         [&](pb::Learner::Stub& stub, grpc::ClientContext* context) {
+           return stub.Learn(context, batch, &learned);
+         }},
+    };
+    // One call, timed from just before the stub call to its return; the
+    // context (with its deadline) is made before the clock starts.
+    auto time_call = [](pb::Learner::Stub& stub,
+                        const Call& call) -> absl::StatusOr<double> {
+      grpc::ClientContext context;
+      SetDeadline(&context, kSmallCallDeadline);
+      const auto started = Clock::now();
+      const grpc::Status status = call(stub, &context);
+      const auto finished = Clock::now();
+      if (!status.ok()) return FromGrpc("call", status);
+      return ToMs(finished - started);
+    };
+
+    for (const Method& method : methods) {
+      if (absl::StartsWith(method.name, "Learn")) {
+        // The aggregator splits by its latest plan: make one for 128 samples.
+        grpc::ClientContext context;
+        SetDeadline(&context, kSmallCallDeadline);
+        const grpc::Status s = aggregated->GetData(&context, {}, &demand);
+        if (!s.ok()) return FromGrpc("GetData", s);
+        if (demand.batch_size() != 128) {
+          return absl::InternalError(
+              absl::StrCat("GetData via aggregatord demands ",
+                           demand.batch_size(), " samples, expected 128"));
+        }
+      }
+      std::vector<double> via, to_one;
+      for (int i = 0; i < warmup + iterations; ++i) {
+        auto a = time_call(*aggregated, method.call);
+        if (!a.ok()) {
+          return absl::Status(a.status().code(),
+                              absl::StrCat(method.name, " via aggregatord: ",
+                                           a.status().message()));
+        }
+        auto d = time_call(*direct, method.call);
+        if (!d.ok()) {
+          return absl::Status(
+              d.status().code(),
+              absl::StrCat(method.name, " direct: ", d.status().message()));
+        }
+        if (i >= warmup) {
+          via.push_back(*a);
+          to_one.push_back(*d);
+        }
+      }
+      if (absl::StartsWith(method.name, "Learn")) {
+        // The last reply was the direct learner's; check one of each.
+        if (absl::Status s = CheckReceived(learned, 128, "direct"); !s.ok()) {
+          return s;
+        }
+        grpc::ClientContext context;
+        SetDeadline(&context, kSmallCallDeadline);
+        const grpc::Status s = aggregated->Learn(&context, batch, &learned);
+        if (!s.ok()) return FromGrpc("Learn", s);
+        if (absl::Status c = CheckReceived(learned, 128, "aggregatord");
+            !c.ok()) {
+          return c;
+        }
+      }
+      const Summary a = Summarize(via);
+      const Summary d = Summarize(to_one);
+      const double ratio = a.median / d.median;
+      Row median{absl::StrCat(method.name, " via aggregatord, median")};
+      median.value = a.median;
+      median.unit = "ms";
+      median.comparison = absl::StrCat(Times(ratio), " direct (",
+                                       FormatNumber(d.median), " ms)");
+      median.ratio = ratio;
+      median.target = absl::StrCat("≤ ", method.target_ms, " ms");
+      median.verdict = AtMost(a.median, method.target_ms);
+      median.details = {{"aggregated_ms", ToJson(a)}, {"direct_ms", ToJson(d)}};
+      section.rows.push_back(std::move(median));
+
+      Row p99{absl::StrCat(method.name, " via aggregatord, p99")};
+      p99.value = a.p99;
+      p99.unit = "ms";
+      p99.ratio = a.p99 / d.p99;
+      p99.comparison = absl::StrCat(Times(*p99.ratio), " direct p99 (",
+                                    FormatNumber(d.p99), " ms)");
+      section.rows.push_back(std::move(p99));
+
+      Row one{absl::StrCat(method.name, " direct to 1 learner, median")};
+      one.value = d.median;
+      one.unit = "ms";
+      one.comparison = absl::StrCat("p99 ", FormatNumber(d.p99), " ms");
+      section.rows.push_back(std::move(one));
+
+      Row python{absl::StrCat("Python original: ", method.name)};
+      python.value = method.python_ms;
+      python.unit = "ms";
+      python.ratio = method.python_ms / a.median;
+      python.comparison = absl::StrCat(kPublished, "; aggregatord median ",
+                                       Times(*python.ratio), " faster");
+      section.rows.push_back(std::move(python));
+    }
+    if (const int warnings = daemon->process->warnings(); warnings > 0) {
+      section.notes.push_back(
+          absl::StrCat("note: aggregatord logged ", warnings,
+                       " warning(s); last lines:\n", daemon->process->Tail(5)));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Section 2 ------------------------------------------------------------------
+
+absl::StatusOr<LargeCaseResult> Bench::RunLargeCase(const LargeBatch& batch,
+                                                    int count,
+                                                    LargeLearnClient& direct,
+                                                    const ChildEnv& env,
+                                                    int iterations) {
+  auto learners = StartLearners(count, batch.samples / count, env);
+  if (!learners.ok()) return learners.status();
+  auto daemon = StartDaemon(learners->Addresses(count), env);
+  if (!daemon.ok()) return daemon.status();
+  {
+    auto stub = pb::Learner::NewStub(Channel(daemon->address));
+    grpc::ClientContext context;
+    SetDeadline(&context, kSmallCallDeadline);
+    pb::DataDemand demand;
+    const grpc::Status s = stub->GetData(&context, {}, &demand);
+    if (!s.ok()) return FromGrpc("GetData", s);
+    if (demand.batch_size() != batch.samples) {
+      return absl::InternalError(
+          absl::StrCat("GetData via aggregatord demands ", demand.batch_size(),
+                       " samples, expected ", batch.samples));
+    }
+  }
+  const pid_t pid = daemon->process->pid();
+  LargeLearnClient aggregated(daemon->address);
+  LargeCaseResult result;
+  auto baseline = ProcStatusKiB(pid, "VmRSS");
+  if (!baseline.ok()) return baseline.status();
+  result.baseline_rss_mib = *baseline / 1024.0;
+
+  pb::LearnReply reply;
+  auto warm = aggregated.Learn(batch.buffer, &reply);
+  if (!warm.ok()) return warm.status();
+  if (absl::Status s = CheckReceived(reply, batch.samples, "aggregatord");
+      !s.ok()) {
+    return s;
+  }
+  auto first_peak = ProcStatusKiB(pid, "VmHWM");
+  if (!first_peak.ok()) return first_peak.status();
+  result.first_peak_mib = *first_peak / 1024.0;
+  // Without a reset the peak still covers the warm-up call; a fresh daemon per
+  // case keeps other cases out of it either way.
+  result.peak_reset = ResetPeakRss(pid).ok();
+
+  std::vector<double> via, to_one;
+  for (int i = 0; i < iterations; ++i) {
+    auto a = aggregated.Learn(batch.buffer, &reply);
+    if (!a.ok()) return a.status();
+    auto d = direct.Learn(batch.buffer, &reply);
+    if (!d.ok()) return d.status();
+    via.push_back(*a);
+    to_one.push_back(*d);
+  }
+  if (absl::Status s = CheckReceived(reply, batch.samples, "direct"); !s.ok()) {
+    return s;
+  }
+  auto peak = ProcStatusKiB(pid, "VmHWM");
+  if (!peak.ok()) return peak.status();
+  result.peak_mib = *peak / 1024.0;
+  result.aggregated_ms = Summarize(via);
+  result.direct_ms = Summarize(to_one);
+  result.warnings = daemon->process->warnings();
+  return result;
+}
+
+void Bench::AddLargeRows(Section& section, const std::string& prefix,
+                         const LargeBatch& batch, int learners,
+                         const LargeCaseResult& r) {
+  const double batch_mib = batch.payload_bytes / kMiB;
+  const double ratio = r.aggregated_ms.median / r.direct_ms.median;
+  const double mb_per_s =
+      batch.payload_bytes / 1e6 / (r.aggregated_ms.median / 1e3);
+  const bool is_64x4 = batch.payload_bytes == 64 * (1 << 20) && learners == 4;
+  const bool is_256 = batch.payload_bytes == 256 * (1 << 20);
+
+  Row time{absl::StrCat(prefix, "Learn ", MiBText(batch.payload_bytes),
+                        " MiB, ", learners, " learner",
+                        learners == 1 ? "" : "s")};
+  time.value = r.aggregated_ms.median;
+  time.unit = "ms";
+  time.ratio = ratio;
+  time.comparison =
+      absl::StrCat(Times(ratio), " direct (", FormatNumber(r.direct_ms.median),
+                   " ms); ", FormatNumber(mb_per_s), " MB/s");
+  if (is_64x4) {
+    time.target = "≤ 1.5× direct and ≤ 80 ms";
+    time.verdict = ratio <= 1.5 && r.aggregated_ms.median <= 80
+                       ? Verdict::kPass
+                       : Verdict::kMiss;
+  }
+  time.details = {{"learners", learners},
+                  {"batch_bytes", batch.payload_bytes},
+                  {"samples", batch.samples},
+                  {"aggregated_ms", ToJson(r.aggregated_ms)},
+                  {"direct_ms", ToJson(r.direct_ms)},
+                  {"mb_per_s", mb_per_s},
+                  {"direct_mb_per_s",
+                   batch.payload_bytes / 1e6 / (r.direct_ms.median / 1e3)},
+                  {"daemon_warnings", r.warnings}};
+  section.rows.push_back(std::move(time));
+
+  Row rss{absl::StrCat(prefix, "  daemon peak RSS")};
+  rss.value = r.peak_mib;
+  rss.unit = "MiB";
+  rss.ratio = r.peak_mib / batch_mib;
+  rss.comparison = absl::StrCat(
+      Times(*rss.ratio), " batch; idle ", FormatNumber(r.baseline_rss_mib),
+      " MiB, first call ", FormatNumber(r.first_peak_mib), " MiB");
+  if (is_256) {
+    const double limit = 1.2 * batch_mib + 64;
+    rss.target =
+        absl::StrCat("≤ 1.2× batch + 64 MiB (", FormatNumber(limit), ")");
+    rss.verdict = AtMost(r.peak_mib, limit);
+  }
+  rss.details = {{"peak_mib", r.peak_mib},
+                 {"peak_reset_after_warmup", r.peak_reset},
+                 {"first_call_peak_mib", r.first_peak_mib},
+                 {"idle_rss_mib", r.baseline_rss_mib}};
+  section.rows.push_back(std::move(rss));
+}
+
+Section Bench::LargeBatches() {
+  const int iterations = options_.large_iterations;
+  Section section{"2",
+                  absl::StrCat("Large batches: Learn via aggregatord vs "
+                               "the same bytes direct to 1 learner (",
+                               MiBText(options_.large_sample_bytes),
+                               " MiB samples; median of ", iterations,
+                               " after 1 warm-up; fresh daemon per case)")};
+  return Run(std::move(section), [&](Section& section) -> absl::Status {
+    bool reset_failed = false;
+    for (const int mib : options_.sizes_mib) {
+      const int64_t samples =
+          int64_t{mib} * (1 << 20) / options_.large_sample_bytes;
+      Progress(absl::StrCat("  ", mib, " MiB: building the request"));
+      const auto batch = BuildLargeBatch(samples, options_.large_sample_bytes);
+      auto direct_learner = StartLearners(1, samples, env_);
+      if (!direct_learner.ok()) return direct_learner.status();
+      LargeLearnClient direct((*direct_learner)[0].address());
+      pb::LearnReply reply;
+      if (auto warm = direct.Learn(batch->buffer, &reply); !warm.ok()) {
+        return warm.status();
+      }
+      std::vector<double> all_direct;
+      for (const int count : options_.learner_counts) {
+        if (samples % count != 0) {
+          section.notes.push_back(absl::StrCat("skipped ", mib, " MiB over ",
+                                               count, " learners: ", samples,
+                                               " samples do not split evenly"));
+          continue;
+        }
+        Progress(absl::StrCat("  ", mib, " MiB over ", count, " learner(s)"));
+        auto result = RunLargeCase(*batch, count, direct, env_,
+                                   options_.large_iterations);
+        if (!result.ok()) {
+          return absl::Status(
+              result.status().code(),
+              absl::StrCat(mib, " MiB over ", count,
+                           " learners: ", result.status().message()));
+        }
+        reset_failed |= !result->peak_reset;
+        AddLargeRows(section, "", *batch, count, *result);
+        all_direct.push_back(result->direct_ms.median);
+      }
+      const Summary d = Summarize(all_direct);
+      Row row{absl::StrCat("Learn ", mib, " MiB direct to 1 learner")};
+      row.value = d.median;
+      row.unit = "ms";
+      row.comparison = absl::StrCat(
+          FormatNumber(batch->payload_bytes / 1e6 / (d.median / 1e3)),
+          " MB/s (median of the cases above)");
+      row.details = {{"direct_ms_case_medians", all_direct}};
+      section.rows.push_back(std::move(row));
+    }
+    section.notes.push_back(
+        reset_failed
+            ? "note: /proc/<pid>/clear_refs could not reset the peak: peak RSS "
+              "includes the warm-up call"
+            : "peak RSS: VmHWM over the timed calls (reset with clear_refs "
+              "after the warm-up call); 'first call' is the peak up to and "
+              "including the warm-up.");
+    return absl::OkStatus();
+  });
+}
+
+// Section 3 ------------------------------------------------------------------
+
+Section Bench::FanOut() {
+  const int iterations = options_.fanout_iterations;
+  const int warmup = std::max(5, iterations / 10);
+  Section section{
+      "3", absl::StrCat("Fan-out: Learn of 16 × 64 B per learner "
+                        "via aggregatord (",
+                        iterations, " calls after ", warmup, " warm-up)")};
+  return Run(std::move(section), [&](Section& section) -> absl::Status {
+    std::vector<int> counts = options_.fanout_counts;
+    if (counts.empty()) return absl::OkStatus();
+    std::sort(counts.begin(), counts.end());
+    Progress(absl::StrCat("  starting ", counts.back(), " learners"));
+    auto learners = StartLearners(counts.back(), 16, env_);
+    if (!learners.ok()) return learners.status();
+    std::map<int, Summary> results;
+    // Largest first: every case uses the first N learners, so all learners of
+    // a case have run the same number of Learns and agree on learner_step (a
+    // disagreement would be logged on every call, and logging is not what is
+    // measured here).
+    for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
+      const int count = *it;
+      Progress(absl::StrCat("  ", count, " learner(s)"));
+      auto daemon = StartDaemon(learners->Addresses(count), env_);
+      if (!daemon.ok()) return daemon.status();
+      fanout_ready_ms_[count] = daemon->ready_ms;
+      auto stub = pb::Learner::NewStub(Channel(daemon->address));
+      {
+        grpc::ClientContext context;
+        SetDeadline(&context, kSmallCallDeadline);
+        pb::DataDemand demand;
+        const grpc::Status s = stub->GetData(&context, {}, &demand);
+        if (!s.ok()) return FromGrpc("GetData", s);
+        if (demand.batch_size() != 16 * count) {
+          return absl::InternalError(absl::StrCat("GetData demands ",
+                                                  demand.batch_size(),
+                                                  ", expected ", 16 * count));
+        }
+      }
+      const pb::LearnRequest batch = MakeBatch(16 * count, 64);
+      pb::LearnReply reply;
+      std::vector<double> times;
+      for (int i = 0; i < warmup + iterations; ++i) {
+        grpc::ClientContext context;
+        SetDeadline(&context, kSmallCallDeadline);
+        const auto started = Clock::now();
+        const grpc::Status s = stub->Learn(&context, batch, &reply);
+        const auto finished = Clock::now();
+        if (!s.ok()) return FromGrpc("Learn", s);
+        if (i >= warmup) times.push_back(ToMs(finished - started));
+      }
+      if (absl::Status s = CheckReceived(reply, 16 * count, "aggregatord");
+          !s.ok()) {
+        return s;
+      }
+      if (const int warnings = daemon->process->warnings(); warnings > 0) {
+        section.notes.push_back(absl::StrCat("note: ", count,
+                                             " learners: aggregatord logged ",
+                                             warnings, " warning(s)"));
+      }
+      // Disconnect first: section 5 measures exits with a client connected.
+      stub.reset();
+      auto exit = Terminate(*daemon, section,
+                            absl::StrCat(count, " learners, after load"));
+      if (!exit.ok()) return exit.status();
+      fanout_exit_ms_[count] = *exit;
+      results[count] = Summarize(std::move(times));
+    }
+    const double one = results.begin()->second.median;
+    for (const auto& [count, s] : results) {
+      Row row{absl::StrCat("Learn, ", count, " learner", count == 1 ? "" : "s",
+                           " (", 16 * count, " samples), median")};
+      row.value = s.median;
+      row.unit = "ms";
+      row.ratio = s.median / one;
+      row.comparison =
+          absl::StrCat("p99 ", FormatNumber(s.p99), " ms; ", Times(*row.ratio),
+                       " the ", results.begin()->first, "-learner median");
+      row.details = {{"learners", count}, {"ms", ToJson(s)}};
+      section.rows.push_back(std::move(row));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Section 4 ------------------------------------------------------------------
+
+Section Bench::Supervisor() {
+  Section section{"4",
+                  "Supervisor: round trip (process, thread children), "
+                  "RecvAll of three"};
+  return Run(std::move(section), [&](Section& section) -> absl::Status {
+    auto published = [&](const std::string& metric, double us, double target) {
+      Row row{absl::StrCat("Python original: ", metric)};
+      row.value = us;
+      row.unit = "µs";
+      row.comparison = kPublished;
+      if (target > 0) {
+        row.target = absl::StrCat("aggregatord ≤ ", target, " µs");
+      }
+      section.rows.push_back(std::move(row));
+    };
+    if (options_.supervisor_bench.empty()) {
+      Row row{"supervisor round trip, RecvAll"};
+      row.text = "not built yet";
+      row.comparison = "no //tools:supervisor_bench in this tree";
+      row.target = "≤ 25 µs process, ≤ 5 µs thread";
+      section.rows.push_back(std::move(row));
+      section.notes.push_back(
+          "NOT MEASURED: //tools:supervisor_bench is not built yet (build it, "
+          "or pass --supervisor-bench PATH); no numbers are shown for it.");
+    } else {
+      Progress(absl::StrCat("  running ", options_.supervisor_bench));
+      SubprocessOptions run;
+      run.argv = {options_.supervisor_bench};
+      auto process = Subprocess::Start(run);
+      if (!process.ok()) return process.status();
+      const auto deadline = Clock::now() + kSupervisorBenchDeadline;
+      std::string output;
+      while (true) {
+        auto line = (*process)->ReadLine(deadline);
+        if (!line.ok()) {
+          if (absl::IsOutOfRange(line.status())) break;
+          return line.status();
+        }
+        absl::StrAppend(&output, *line, "\n");
+      }
+      std::string errors;
+      while (true) {
+        auto line = (*process)->ReadLine(deadline, /*from_stderr=*/true);
+        if (!line.ok()) break;
+        absl::StrAppend(&errors, *line, "\n");
+      }
+      auto exit = (*process)->Wait(deadline);
+      if (!exit.ok()) return exit.status();
+      section.notes.push_back(absl::StrCat("output of ",
+                                           options_.supervisor_bench, " (",
+                                           exit->ToString(), "), verbatim:"));
+      section.notes.push_back(output);
+      if (!exit->ok()) {
+        section.notes.push_back(absl::StrCat("its stderr:\n", errors));
+        return absl::InternalError(
+            absl::StrCat("supervisor_bench exited with ", exit->ToString()));
+      }
+    }
+    published("round trip, process child", 114, 25);
+    published("round trip, thread child", 52, 5);
+    published("RecvAll of three, process children", 485, 0);
+    published("RecvAll of three, thread children", 193, 0);
+    return absl::OkStatus();
+  });
+}
+
+// Section 5 ------------------------------------------------------------------
+
+Section Bench::StartUp() {
+  const int cycles = options_.startup_cycles;
+  Section section{
+      "5", absl::StrCat("Start-up and shutdown: 4 learners already "
+                        "answering; ",
+                        cycles, " daemon start/stop cycles, then ",
+                        options_.quick ? 1 : 2, " with a client connected")};
+  return Run(std::move(section), [&](Section& section) -> absl::Status {
+    auto learners = StartLearners(4, 32, env_);
+    if (!learners.ok()) return learners.status();
+    // "Learners up" means answering, not just listening: one call each.
+    for (size_t i = 0; i < learners->size(); ++i) {
+      auto stub = pb::Learner::NewStub(Channel((*learners)[i].address()));
+      grpc::ClientContext context;
+      SetDeadline(&context, kSmallCallDeadline);
+      context.set_wait_for_ready(true);
+      pb::Resource resource;
+      const grpc::Status s = stub->GetResource(&context, {}, &resource);
+      if (!s.ok()) return FromGrpc("GetResource on a learner", s);
+    }
+    // The last `connected_cycles` keep a coordinator's channel open (after a
+    // call) while the daemon stops, as a coordinator would during a restart.
+    const int connected_cycles = options_.quick ? 1 : 2;
+    std::vector<double> ready, listening, in_daemon, exits, connected_exits;
+    for (int cycle = 0; cycle < cycles + connected_cycles; ++cycle) {
+      const bool connected = cycle >= cycles;
+      auto daemon = StartDaemon(learners->Addresses(4), env_);
+      if (!daemon.ok()) return daemon.status();
+      ready.push_back(daemon->ready_ms);
+      listening.push_back(daemon->listening_ms);
+      if (daemon->log_ready_ms.has_value()) {
+        in_daemon.push_back(*daemon->log_ready_ms);
+      }
+      // Serving means answering: one call through it before stopping.
+      auto stub = pb::Learner::NewStub(Channel(daemon->address));
+      {
+        grpc::ClientContext context;  // holds the channel while it lives
+        SetDeadline(&context, kSmallCallDeadline);
+        pb::Resource resource;
+        const grpc::Status s = stub->GetResource(&context, {}, &resource);
+        if (!s.ok()) return FromGrpc("GetResource via aggregatord", s);
+        if (resource.learners() != 4) {
+          return absl::InternalError(absl::StrCat(
+              "aggregatord reports ", resource.learners(), " learners, not 4"));
+        }
+      }
+      if (!connected) stub.reset();  // the channel closes with the stub
+      auto exit = Terminate(
+          *daemon, section,
+          connected ? "idle, client connected" : "idle, no client connected");
+      if (!exit.ok()) return exit.status();
+      (connected ? connected_exits : exits).push_back(*exit);
+    }
+    const Summary r = Summarize(ready);
+    const Summary e = Summarize(exits);
+
+    Row up{"ready: spawn → health SERVING, 4 learners, median"};
+    up.value = r.median;
+    up.unit = "ms";
+    up.comparison = absl::StrCat("max ", FormatNumber(r.max), " ms");
+    up.target = "≤ 100 ms";
+    up.verdict = AtMost(r.median, 100);
+    up.details = {{"ms", ToJson(r)}};
+    section.rows.push_back(std::move(up));
+
+    {
+      const Summary l = Summarize(listening);
+      Row row{"  spawn → \"listening\" line read (exec, load, bind)"};
+      row.value = l.median;
+      row.unit = "ms";
+      row.details = {{"ms", ToJson(l)}};
+      section.rows.push_back(std::move(row));
+    }
+    if (!in_daemon.empty()) {
+      const Summary d = Summarize(in_daemon);
+      Row row{"  daemon's log: \"starting\" → \"serving\""};
+      row.value = d.median;
+      row.unit = "ms";
+      row.comparison = "log timestamps, 1 ms resolution";
+      row.details = {{"ms", ToJson(d)}};
+      section.rows.push_back(std::move(row));
+    }
+    Row python_up{"Python original: start-up"};
+    python_up.value = kPythonStartupMs;
+    python_up.unit = "ms";
+    python_up.ratio = kPythonStartupMs / r.median;
+    python_up.comparison = absl::StrCat(kPublished, "; aggregatord ",
+                                        Times(*python_up.ratio), " faster");
+    section.rows.push_back(std::move(python_up));
+
+    Row down{"idle SIGTERM → exit, no client connected, median"};
+    down.value = e.median;
+    down.unit = "ms";
+    down.comparison = absl::StrCat("max ", FormatNumber(e.max), " ms");
+    down.target = "≤ 200 ms";
+    down.verdict = AtMost(e.median, 200);
+    down.details = {{"ms", ToJson(e)}};
+    section.rows.push_back(std::move(down));
+
+    const Summary c = Summarize(connected_exits);
+    Row held{"idle SIGTERM → exit, coordinator connected, median"};
+    held.value = c.median;
+    held.unit = "ms";
+    held.comparison = absl::StrCat("max ", FormatNumber(c.max),
+                                   " ms; channel open, no call in flight");
+    held.target = "≤ 200 ms";
+    held.verdict = AtMost(c.median, 200);
+    held.details = {{"ms", ToJson(c)}};
+    section.rows.push_back(std::move(held));
+
+    Row python_down{"Python original: close"};
+    python_down.value = kPythonCloseMs;
+    python_down.unit = "ms";
+    python_down.ratio = kPythonCloseMs / std::max(e.median, c.median);
+    python_down.comparison = absl::StrCat(kPublished, "; aggregatord ",
+                                          Times(*python_down.ratio), " faster");
+    section.rows.push_back(std::move(python_down));
+
+    for (const auto& [count, ms] : fanout_ready_ms_) {
+      Row row{absl::StrCat("ready with ", count, " learner",
+                           count == 1 ? "" : "s", " (section 3, one start)")};
+      row.value = ms;
+      row.unit = "ms";
+      row.comparison =
+          absl::StrCat("SIGTERM → exit after load, client gone: ",
+                       FormatNumber(fanout_exit_ms_[count]), " ms");
+      section.rows.push_back(std::move(row));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// Section A ------------------------------------------------------------------
+
+// The allocators compared: each applies to the daemon and to every learner.
+std::vector<ChildEnv> AllocatorVariants(std::vector<std::string>* missing) {
+  // Keep freed memory for reuse: never trim the heap top below 1 GiB and
+  // serve blocks up to 32 MiB (glibc's maximum) from the heap, so large
+  // messages reuse pages instead of faulting fresh mmaps on every call.
+  const std::string tuned =
+      "glibc.malloc.trim_threshold=1073741824:"
+      "glibc.malloc.mmap_threshold=33554432";
+  std::vector<ChildEnv> variants = {
+      {"glibc default", {}},
+      {"glibc tuned", {{"GLIBC_TUNABLES", tuned}}},
+      // The same, with transparent huge pages for the heap (madvise).
+      {"glibc tuned + THP",
+       {{"GLIBC_TUNABLES", tuned + ":glibc.malloc.hugetlb=1"}}},
+  };
+  const std::pair<const char*, const char*> preloads[] = {
+      {"jemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
+      {"tcmalloc", "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"},
+  };
+  for (const auto& [label, path] : preloads) {
+    if (access(path, R_OK) == 0) {
+      variants.push_back({label, {{"LD_PRELOAD", path}}});
+    } else {
+      missing->push_back(absl::StrCat(label, " (", path, " not installed)"));
+    }
+  }
+  return variants;
+}
+
+Section Bench::Allocators() {
+  const int iterations = options_.large_iterations;
+  Section section{"A", absl::StrCat("Allocators in aggregatord and the "
+                                    "learners: Learn over 4 learners (median "
+                                    "of ",
+                                    iterations, " after 1 warm-up)")};
+  return Run(std::move(section), [&](Section& section) -> absl::Status {
+    std::vector<std::string> missing;
+    const std::vector<ChildEnv> variants = AllocatorVariants(&missing);
+    const int64_t sample = options_.large_sample_bytes;
+    const auto batch64 =
+        BuildLargeBatch(int64_t{64} * (1 << 20) / sample, sample);
+    const auto batch256 =
+        BuildLargeBatch(int64_t{256} * (1 << 20) / sample, sample);
+    for (const ChildEnv& variant : variants) {
+      for (const LargeBatch* batch : {batch64.get(), batch256.get()}) {
+        Progress(absl::StrCat("  ", variant.label, ": ",
+                              MiBText(batch->payload_bytes),
+                              " MiB over 4 learners"));
+        auto direct_learner = StartLearners(1, batch->samples, variant);
+        if (!direct_learner.ok()) return direct_learner.status();
+        LargeLearnClient direct((*direct_learner)[0].address());
+        pb::LearnReply reply;
+        if (auto warm = direct.Learn(batch->buffer, &reply); !warm.ok()) {
+          return warm.status();
+        }
+        auto result = RunLargeCase(*batch, 4, direct, variant, iterations);
+        if (!result.ok()) {
+          return absl::Status(
+              result.status().code(),
+              absl::StrCat(variant.label, ": ", result.status().message()));
+        }
+        const size_t first = section.rows.size();
+        AddLargeRows(section, variant.label + ": ", *batch, 4, *result);
+        for (size_t i = first; i < section.rows.size(); ++i) {
+          section.rows[i].details["allocator"] = variant.label;
+          section.rows[i].details["env"] = variant.vars;
+        }
+      }
+    }
+    for (const ChildEnv& variant : variants) {
+      if (variant.vars.empty()) continue;
+      section.notes.push_back(absl::StrCat(variant.label, ": ",
+                                           variant.vars[0].first, "=",
+                                           variant.vars[0].second));
+    }
+    for (const std::string& m : missing) {
+      section.notes.push_back(absl::StrCat("not compared: ", m));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// main -----------------------------------------------------------------------
+
+bool Executable(const std::string& path) {
+  return !path.empty() && access(path.c_str(), X_OK) == 0;
+}
+
+// The bench's own directory (bazel-bin/tools), where a sibling target's
+// binary lands once built.
+std::string OwnDirectory() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "";
+  const std::string exe(path, n);
+  return exe.substr(0, exe.rfind('/'));
+}
+
+absl::Status ResolveBinaries(const char* argv0, BenchOptions& options) {
+  using bazel::tools::cpp::runfiles::Runfiles;
+  std::string error;
+  std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv0, &error));
+  auto locate = [&](const std::string& path) -> std::string {
+    if (runfiles == nullptr) return "";
+    const std::string found =
+        runfiles->Rlocation(absl::StrCat(kWorkspace, "/", path));
+    return Executable(found) ? found : "";
+  };
+  if (options.daemon.empty()) options.daemon = locate("daemon/aggregatord");
+  if (options.learner.empty()) {
+    options.learner = locate("tools/example_learner");
+  }
+  if (options.supervisor_bench.empty()) {
+    options.supervisor_bench = locate("tools/supervisor_bench");
+    const std::string sibling = OwnDirectory() + "/supervisor_bench";
+    if (options.supervisor_bench.empty() && Executable(sibling)) {
+      options.supervisor_bench = sibling;
+    }
+  }
+  const std::string hint =
+      runfiles == nullptr ? absl::StrCat(" (runfiles: ", error, ")") : "";
+  if (!Executable(options.daemon)) {
+    return absl::NotFoundError(absl::StrCat(
+        "no aggregatord at '", options.daemon,
+        "': run under `bazel run //tools:bench` or pass --daemon PATH", hint));
+  }
+  if (!Executable(options.learner)) {
+    return absl::NotFoundError(absl::StrCat(
+        "no example_learner at '", options.learner,
+        "': run under `bazel run //tools:bench` or pass --learner PATH", hint));
+  }
+  return absl::OkStatus();
+}
+
+// Relative paths are the user's: under `bazel run` they mean the directory
+// bazel was run from.
+std::string UserPath(const std::string& path) {
+  const char* working = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path.front() == '/' || working == nullptr) return path;
+  return absl::StrCat(working, "/", path);
+}
+
+absl::StatusOr<ChildEnv> ParseEnv(const BenchOptions& options) {
+  ChildEnv env;
+  std::vector<std::string> shown;
+  for (const std::string& entry : options.env) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--env '", entry, "': expected KEY=VALUE"));
+    }
+    env.vars.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
+    shown.push_back(entry);
+  }
+  if (!options.preload.empty()) {
+    if (access(options.preload.c_str(), R_OK) != 0) {
+      return absl::NotFoundError(
+          absl::StrCat("--preload '", options.preload, "' is not readable"));
+    }
+    env.vars.emplace_back("LD_PRELOAD", options.preload);
+    shown.push_back(absl::StrCat("LD_PRELOAD=", options.preload));
+  }
+  if (!shown.empty()) env.label = absl::StrJoin(shown, " ");
+  return env;
+}
+
+nlohmann::json OptionsJson(const BenchOptions& o, const ChildEnv& env) {
+  return {{"quick", o.quick},
+          {"small_iterations", o.small_iterations},
+          {"fanout_iterations", o.fanout_iterations},
+          {"large_iterations", o.large_iterations},
+          {"startup_cycles", o.startup_cycles},
+          {"sizes_mib", o.sizes_mib},
+          {"learner_counts", o.learner_counts},
+          {"fanout_counts", o.fanout_counts},
+          {"large_sample_bytes", o.large_sample_bytes},
+          {"sections", o.sections},
+          {"compare_allocators", o.compare_allocators},
+          {"daemon", o.daemon},
+          {"learner", o.learner},
+          {"supervisor_bench", o.supervisor_bench},
+          {"child_env", env.label},
+          {"child_env_vars", env.vars}};
+}
+
+int Main(int argc, char** argv) {
+  BenchOptions options;
+  CLI::App app{
+      "bench: measures aggregatord against issue 6 (small calls, large "
+      "batches, fan-out, supervisor, start-up) with real processes"};
+  app.add_flag("--quick", options.quick,
+               "a short run (about 30 s): fewer iterations everywhere");
+  auto* small = app.add_option("--iterations", options.small_iterations,
+                               "timed small calls per method and target")
+                    ->check(CLI::PositiveNumber);
+  auto* fanout =
+      app.add_option("--fanout-iterations", options.fanout_iterations,
+                     "timed Learn calls per fan-out case")
+          ->check(CLI::PositiveNumber);
+  auto* large = app.add_option("--large-iterations", options.large_iterations,
+                               "timed calls per large-batch case")
+                    ->check(CLI::PositiveNumber);
+  auto* cycles = app.add_option("--startup-cycles", options.startup_cycles,
+                                "daemon start/stop cycles in section 5")
+                     ->check(CLI::PositiveNumber);
+  app.add_option("--sizes-mib", options.sizes_mib, "large batch sizes in MiB")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  auto* counts = app.add_option("--learner-counts", options.learner_counts,
+                                "learner counts for large batches (--quick: "
+                                "4 only)")
+                     ->delimiter(',')
+                     ->check(CLI::PositiveNumber);
+  app.add_option("--fanout-counts", options.fanout_counts,
+                 "learner counts for fan-out")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sample-bytes", options.large_sample_bytes,
+                 "bytes per sample in large batches")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sections", options.sections,
+                 "which sections to run, e.g. 125 (default 12345)");
+  app.add_flag("--compare-allocators", options.compare_allocators,
+               "run only section A: glibc default / tuned / THP, jemalloc, "
+               "tcmalloc on 64 and 256 MiB over 4 learners");
+  app.add_option("--daemon", options.daemon,
+                 "aggregatord binary (default: from the runfiles)");
+  app.add_option("--learner", options.learner,
+                 "example_learner binary (default: from the runfiles)");
+  app.add_option("--supervisor-bench", options.supervisor_bench,
+                 "supervisor_bench binary (default: built next to bench)");
+  app.add_option("--env", options.env,
+                 "KEY=VALUE for the daemon and learners (repeatable), e.g. "
+                 "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824");
+  app.add_option("--preload", options.preload,
+                 "LD_PRELOAD for the daemon and learners, e.g. "
+                 "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2");
+  app.add_option("--json", options.json_path,
+                 "results file (default: bench-results.json in the directory "
+                 "bazel run was called from, else the current one)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (options.quick) {
+    if (small->count() == 0) options.small_iterations = 200;
+    if (fanout->count() == 0) options.fanout_iterations = 30;
+    if (large->count() == 0) options.large_iterations = 1;
+    if (cycles->count() == 0) options.startup_cycles = 2;
+    // The targets' cases only: 64 MiB over 4 learners and 256 MiB RSS.
+    if (counts->count() == 0) options.learner_counts = {4};
+  }
+  if (options.compare_allocators) options.sections = "A";
+  if (options.json_path.empty()) options.json_path = "bench-results.json";
+  options.json_path = UserPath(options.json_path);
+  options.daemon = UserPath(options.daemon);
+  options.learner = UserPath(options.learner);
+  options.supervisor_bench = UserPath(options.supervisor_bench);
+  options.preload = UserPath(options.preload);
+
+  if (absl::Status s = ResolveBinaries(argv[0], options); !s.ok()) {
+    std::fprintf(stderr, "bench: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  auto env = ParseEnv(options);
+  if (!env.ok()) {
+    std::fprintf(stderr, "bench: %s\n",
+                 std::string(env.status().message()).c_str());
+    return 2;
+  }
+  auto dir = TempDir::Create();
+  if (!dir.ok()) {
+    std::fprintf(stderr, "bench: %s\n", dir.status().ToString().c_str());
+    return 2;
+  }
+
+  Report report;
+  report.machine = ReadMachineInfo();
+  report.options = OptionsJson(options, *env);
+  Progress(absl::StrCat("daemon ", options.daemon, "; learner ",
+                        options.learner, "; child env: ", env->label));
+  const auto started = Clock::now();
+  {
+    Bench bench(options, *env, std::move(*dir));
+    const std::string& s = options.sections;
+    auto wants = [&](char id) { return s.find(id) != std::string::npos; };
+    if (wants('1')) report.sections.push_back(bench.SmallCalls());
+    if (wants('2')) report.sections.push_back(bench.LargeBatches());
+    if (wants('3')) report.sections.push_back(bench.FanOut());
+    if (wants('4')) report.sections.push_back(bench.Supervisor());
+    if (wants('5')) report.sections.push_back(bench.StartUp());
+    if (wants('A')) report.sections.push_back(bench.Allocators());
+  }
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - started).count();
+  report.options["wall_seconds"] = seconds;
+
+  std::string text = report.Text();
+  absl::StrAppend(
+      &text, "\nchild env: ",
+      options.compare_allocators ? "per allocator (section A)" : env->label,
+      "; ran ", FormatNumber(seconds), " s; results in ", options.json_path,
+      "\n");
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+
+  std::ofstream json(options.json_path, std::ios::trunc);
+  json << report.Json().dump(2) << "\n";
+  json.close();
+  if (!json) {
+    std::fprintf(stderr, "bench: cannot write %s\n", options.json_path.c_str());
+    return 1;
+  }
+  const bool failed =
+      std::any_of(report.sections.begin(), report.sections.end(),
+                  [](const Section& section) { return section.failed; });
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace aggregator
+
+int main(int argc, char** argv) { return aggregator::Main(argc, argv); }
