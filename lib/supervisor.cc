@@ -227,8 +227,9 @@ class Spawner {
         promise.get_future();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back(
-          [&options, &promise] { promise.set_value(Subprocess::Start(options)); });
+      jobs_.push_back([&options, &promise] {
+        promise.set_value(Subprocess::Start(options));
+      });
     }
     cv_.notify_all();
     return future.get();
@@ -312,6 +313,9 @@ constexpr size_t kListedRequests = 5;
 // Frames read from one channel per round, so a child that never stops writing
 // cannot keep the reader from the others.
 constexpr size_t kFramesPerRound = 64;
+// How long a process that closed its channel may take to exit before it is
+// killed (the reader waits this long, once, for such a child).
+constexpr std::chrono::milliseconds kExitGrace(100);
 // A bound for waits given absurd timeouts (the arithmetic must not overflow).
 constexpr std::chrono::hours kLongestWait(24 * 365);
 
@@ -321,7 +325,8 @@ std::string FormatDuration(std::chrono::nanoseconds d) {
 
 // "exited with exit code 3", "was killed by SIGKILL".
 std::string DescribeExit(const ExitStatus& status) {
-  if (status.signal == 0) return absl::StrCat("exited with ", status.ToString());
+  if (status.signal == 0)
+    return absl::StrCat("exited with ", status.ToString());
   return absl::StrCat("was ", status.ToString());
 }
 
@@ -416,8 +421,8 @@ Supervisor::TimePoint Supervisor::DeadlineAfter(
 }
 
 RealClock::time_point Supervisor::RealDeadline(TimePoint deadline) const {
-  const auto left = std::clamp<Duration>(deadline - Now(), Duration::zero(),
-                                         kLongestWait);
+  const auto left =
+      std::clamp<Duration>(deadline - Now(), Duration::zero(), kLongestWait);
   return RealClock::now() + left;
 }
 
@@ -460,9 +465,9 @@ int Supervisor::size() const {
 
 absl::Status Supervisor::CheckProcId(int proc_id) const {
   if (proc_id < 0 || proc_id >= static_cast<int>(children_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("supervisor: no child ", proc_id, " (there are ",
-                     children_.size(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("supervisor: no child ",
+                                                   proc_id, " (there are ",
+                                                   children_.size(), ")"));
   }
   return absl::OkStatus();
 }
@@ -479,10 +484,9 @@ std::string Supervisor::LabelLocked(const Child& child,
                         process->argv[0], "')");
   }
   const auto& thread = std::get<ThreadChildSpec>(child.spec);
-  if (thread.name.empty()) return absl::StrCat("child ", child.proc_id,
-                                               " (thread)");
-  return absl::StrCat("child ", child.proc_id, " (thread '", thread.name,
-                      "')");
+  if (thread.name.empty())
+    return absl::StrCat("child ", child.proc_id, " (thread)");
+  return absl::StrCat("child ", child.proc_id, " (thread '", thread.name, "')");
 }
 
 ChildStatus Supervisor::StatusLocked(const Child& child) const {
@@ -578,8 +582,8 @@ absl::Status Supervisor::StartChild(Child& child) {
     inc->thread_channel =
         std::make_shared<ThreadChannel>(waker_, options_.spin);
     try {
-      inc->thread = std::thread(
-          [channel = inc->thread_channel, init = thread_spec.init] {
+      inc->thread =
+          std::thread([channel = inc->thread_channel, init = thread_spec.init] {
             absl::StatusOr<std::unique_ptr<WorkerObject>> made =
                 RunWorkerInit(init);
             if (!made.ok()) {
@@ -614,9 +618,8 @@ absl::Status Supervisor::StartChild(Child& child) {
   if (!status.ok()) {
     child.state = ChildState::kFailed;
     child.current = nullptr;
-    child.last_error =
-        absl::StrCat(LabelLocked(child), ": could not be started: ",
-                     status.message());
+    child.last_error = absl::StrCat(
+        LabelLocked(child), ": could not be started: ", status.message());
     spdlog::error("supervisor: {}", child.last_error);
     return absl::Status(status.code(), child.last_error);
   }
@@ -700,8 +703,8 @@ absl::Status Supervisor::StopChildren(const std::vector<Child*>& children,
     for (Stop& stop : stops) {
       if (stop.inc->is_process && !stop.was_ended &&
           !WaitPidfd(stop.inc->pidfd, RealClock::now())) {
-        stop.escalation = absl::StrCat("did not follow _shutdown within ",
-                                       half, ", so SIGTERM; ");
+        stop.escalation = absl::StrCat("did not follow _shutdown within ", half,
+                                       ", so SIGTERM; ");
       }
     }
     signal_running(SIGTERM);
@@ -709,9 +712,9 @@ absl::Status Supervisor::StopChildren(const std::vector<Child*>& children,
       for (Stop& stop : stops) {
         if (stop.inc->is_process && !stop.was_ended &&
             !WaitPidfd(stop.inc->pidfd, RealClock::now())) {
-          stop.escalation = absl::StrCat("ignored _shutdown and SIGTERM for ",
-                                         FormatDuration(timeout),
-                                         ", so SIGKILL; ");
+          stop.escalation =
+              absl::StrCat("ignored _shutdown and SIGTERM for ",
+                           FormatDuration(timeout), ", so SIGKILL; ");
         }
       }
       signal_running(SIGKILL);
@@ -764,10 +767,10 @@ absl::Status Supervisor::StopChildren(const std::vector<Child*>& children,
     EndIncarnationLocked(*stop.child, inc, how, clean);
   }
   if (!detached.empty()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "supervisor: ", absl::StrJoin(detached, ", "), " did not stop within ",
-        FormatDuration(timeout), " and ", detached.size() == 1 ? "was" : "were",
-        " detached"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("supervisor: ", absl::StrJoin(detached, ", "),
+                     " did not stop within ", FormatDuration(timeout), " and ",
+                     detached.size() == 1 ? "was" : "were", " detached"));
   }
   return absl::OkStatus();
 }
@@ -936,11 +939,10 @@ absl::Status Supervisor::SendLocked(SendPayload& payload,
     result.error->set_kind(child.state == ChildState::kFailed
                                ? v1::WorkerError::KIND_INIT_FAILED
                                : v1::WorkerError::KIND_CHILD_EXITED);
-    const std::string why =
-        child.last_error.empty()
-            ? absl::StrCat(LabelLocked(child), ": is ",
-                           ChildStateName(child.state))
-            : child.last_error;
+    const std::string why = child.last_error.empty()
+                                ? absl::StrCat(LabelLocked(child), ": is ",
+                                               ChildStateName(child.state))
+                                : child.last_error;
     result.error->set_message(absl::StrCat(why, "; req '", payload.req_id,
                                            "' (", payload.method,
                                            ") was not sent"));
@@ -977,8 +979,8 @@ absl::Status Supervisor::Send(SendPayload& payload) {
     inc->request.set_req_id(payload.req_id);
     inc->request.set_method(payload.method);
     *inc->request.mutable_args() = payload.args;
-    status = inc->channel->Write(
-        inc->request, RealDeadline(Now() + options_.send_timeout));
+    status = inc->channel->Write(inc->request,
+                                 RealDeadline(Now() + options_.send_timeout));
     broken = inc->channel->broken();
   }
   if (status.ok()) return absl::OkStatus();
@@ -992,11 +994,11 @@ absl::Status Supervisor::Send(SendPayload& payload) {
       return absl::OkStatus();  // it already has a result (the child ended)
     }
     pending_.erase(it);
-    return absl::DeadlineExceededError(absl::StrCat(
-        LabelLocked(child), ": its channel did not accept req '",
-        payload.req_id, "' (", payload.method, ") within ",
-        FormatDuration(options_.send_timeout),
-        " (the child is not reading); it was not sent"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(LabelLocked(child), ": its channel did not accept req '",
+                     payload.req_id, "' (", payload.method, ") within ",
+                     FormatDuration(options_.send_timeout),
+                     " (the child is not reading); it was not sent"));
   }
   if (absl::IsUnavailable(status)) {
     // The child closed its end: it is ending, and the request completes with
@@ -1006,9 +1008,9 @@ absl::Status Supervisor::Send(SendPayload& payload) {
   // Cut short mid-frame, or an unexpected error: the child would misread the
   // stream, so it goes, and the request completes with CHILD_EXITED.
   if (inc->kill_reason.empty() && inc->stop_reason.empty()) {
-    inc->kill_reason = absl::StrCat("was killed by the supervisor: sending req '",
-                                    payload.req_id, "' failed mid-frame (",
-                                    status.message(), ")");
+    inc->kill_reason = absl::StrCat(
+        "was killed by the supervisor: sending req '", payload.req_id,
+        "' failed mid-frame (", status.message(), ")");
   }
   lock.unlock();
   std::lock_guard<std::mutex> process_lock(inc->process_mu);
@@ -1027,8 +1029,11 @@ bool Supervisor::WaitLocked(std::unique_lock<std::mutex>& lock,
     if (Now() >= deadline) return false;
     if (!reading_) {
       reading_ = true;
+      // Read under mu_, so a result completed after `done` was checked
+      // counts as news for PollOnce.
+      const uint64_t seen = waker_->seq();
       lock.unlock();
-      PollOnce(deadline);
+      PollOnce(deadline, seen);
       lock.lock();
       reading_ = false;
       // Another waiter may need to take the reader role over.
@@ -1042,12 +1047,14 @@ bool Supervisor::WaitLocked(std::unique_lock<std::mutex>& lock,
 }
 
 void Supervisor::PollNow() {
+  uint64_t seen;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (reading_) return;  // the reader keeps everything current
     reading_ = true;
+    seen = waker_->seq();
   }
-  PollOnce(Now());
+  PollOnce(Now(), seen);
   std::lock_guard<std::mutex> lock(mu_);
   reading_ = false;
   if (waiters_ > 0) cv_.notify_all();
@@ -1066,8 +1073,7 @@ void Supervisor::RebuildPollTargets() {
   poll_targets_version_ = poll_version_;
 }
 
-void Supervisor::PollOnce(TimePoint deadline) {
-  const uint64_t seen = waker_->seq();
+void Supervisor::PollOnce(TimePoint deadline, uint64_t seen) {
   RebuildPollTargets();
 
   // pollfds_: per process target its channel (unless closed) and its pidfd
@@ -1091,8 +1097,16 @@ void Supervisor::PollOnce(TimePoint deadline) {
   const size_t process_fds = fds.size();
   fds.push_back({waker_->fd(), POLLIN, 0});
 
+  // A thread child that replied before `seen` was taken left its flag set.
   bool ready = false;
-  if (options_.spin.count() > 0 && Now() < deadline) {
+  for (const PollTarget& target : poll_targets_) {
+    if (!target.incarnation->is_process &&
+        target.incarnation->thread_channel->has_replies()) {
+      ready = true;
+      break;
+    }
+  }
+  if (!ready && options_.spin.count() > 0 && Now() < deadline) {
     const RealClock::time_point spin_end = RealClock::now() + options_.spin;
     struct timespec zero = {0, 0};
     for (;;) {
@@ -1100,7 +1114,8 @@ void Supervisor::PollOnce(TimePoint deadline) {
         ready = true;
         break;
       }
-      if (process_fds > 0 && ppoll(fds.data(), process_fds, &zero, nullptr) > 0) {
+      if (process_fds > 0 &&
+          ppoll(fds.data(), process_fds, &zero, nullptr) > 0) {
         ready = true;
         break;
       }
@@ -1172,23 +1187,29 @@ void Supervisor::ReadProcessChannel(PollTarget& target) {
           label, inc.channel->partial_bytes());
     }
   } else if (inc.kill_reason.empty() && inc.stop_reason.empty()) {
+    inc.kill_reason =
+        absl::StrCat("was killed by the supervisor: its channel failed (",
+                     error.message(), ")");
+  }
+  if (!inc.stop_reason.empty()) return;
+  // A child without its channel cannot serve. One that is exiting closes its
+  // fds a moment before it can be reaped, so it gets a short grace; one still
+  // running after it is killed, and recorded once reaped.
+  const bool kill_anyway = !inc.kill_reason.empty();
+  lock.unlock();
+  if (!kill_anyway && WaitPidfd(inc.pidfd, RealClock::now() + kExitGrace)) {
+    return;
+  }
+  lock.lock();
+  if (inc.kill_reason.empty()) {
     inc.kill_reason = absl::StrCat(
-        "was killed by the supervisor: its channel failed (", error.message(),
-        ")");
+        "was killed by the supervisor: it closed its channel and was still "
+        "running ",
+        FormatDuration(kExitGrace), " later");
   }
-  if (inc.stop_reason.empty()) {
-    // A child without its channel cannot serve; unless it is exiting anyway,
-    // it is killed, and recorded once reaped.
-    if (inc.kill_reason.empty()) {
-      inc.kill_reason =
-          "was killed by the supervisor: it closed its channel while running";
-    }
-    lock.unlock();
-    std::lock_guard<std::mutex> process_lock(inc.process_mu);
-    if (!inc.process->Poll().has_value()) {
-      (void)inc.process->Signal(SIGKILL, /*group=*/true);
-    }
-  }
+  lock.unlock();
+  std::lock_guard<std::mutex> process_lock(inc.process_mu);
+  (void)inc.process->Signal(SIGKILL, /*group=*/true);
 }
 
 void Supervisor::ReapProcess(PollTarget& target) {
@@ -1247,15 +1268,17 @@ void Supervisor::DispatchLocked(Child& child, Incarnation& inc,
   if (!inc.initialized) {
     // A child without the handshake: its first reply shows it serves.
     inc.initialized = true;
-    if (child.state == ChildState::kStarting) child.state = ChildState::kRunning;
+    if (child.state == ChildState::kStarting)
+      child.state = ChildState::kRunning;
   }
   auto it = pending_.find(reply.req_id());
   if (it == pending_.end() || it->second.proc_id != child.proc_id ||
       it->second.generation != inc.generation) {
     ++stats_.dropped_replies;
-    spdlog::debug("supervisor: {}: dropped a reply to req '{}' ({}): no such "
-                  "request in flight",
-                  LabelLocked(child), reply.req_id(), reply.method());
+    spdlog::debug(
+        "supervisor: {}: dropped a reply to req '{}' ({}): no such "
+        "request in flight",
+        LabelLocked(child), reply.req_id(), reply.method());
     return;
   }
   RecvPayload result;
@@ -1303,10 +1326,10 @@ absl::StatusOr<RecvPayload> Supervisor::Recv(bool ignore_err,
         "supervisor: Recv with nothing to receive and no child running");
   }
   if (!WaitLocked(lock, deadline, [&] { return next() != ready_.end(); })) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "supervisor: Recv: no result within ",
-        FormatDuration(timeout.value_or(options_.default_timeout)), " (",
-        pending_.size(), " request(s) in flight)"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("supervisor: Recv: no result within ",
+                     FormatDuration(timeout.value_or(options_.default_timeout)),
+                     " (", pending_.size(), " request(s) in flight)"));
   }
   auto it = next();
   RecvPayload result = std::move(*it);
@@ -1389,9 +1412,9 @@ absl::StatusOr<std::vector<RecvPayload>> Supervisor::RecvAll(
           " has no req_id (Send assigns one; send before waiting)"));
     } else if (!call.wanted
                     .emplace(payload.req_id,
-                             RecvAllHandle::Call::Wanted{
-                                 payload.proc_id, payload.method,
-                                 static_cast<int>(i)})
+                             RecvAllHandle::Call::Wanted{payload.proc_id,
+                                                         payload.method,
+                                                         static_cast<int>(i)})
                     .second) {
       invalid = absl::InvalidArgumentError(absl::StrCat(
           "supervisor: RecvAll: req_id '", payload.req_id, "' appears twice"));
@@ -1542,7 +1565,8 @@ absl::StatusOr<std::vector<WorkerValue>> Supervisor::GetAttrAll(
     absl::Status status = Send(payload);
     if (!status.ok()) {
       // Collect what was sent so no result is left behind for Recv.
-      if (!sent.empty()) (void)RecvAll(sent, /*ignore_err=*/true, nullptr, timeout);
+      if (!sent.empty())
+        (void)RecvAll(sent, /*ignore_err=*/true, nullptr, timeout);
       return status;
     }
     sent.push_back(payload);
@@ -1582,17 +1606,17 @@ absl::Status Supervisor::WaitRunning(int proc_id,
            child.state == ChildState::kRegistered;
   };
   if (!WaitLocked(lock, deadline, settled)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        LabelLocked(child), ": not running within ",
-        FormatDuration(timeout.value_or(options_.default_timeout)),
-        " (state ", ChildStateName(child.state), ")"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(LabelLocked(child), ": not running within ",
+                     FormatDuration(timeout.value_or(options_.default_timeout)),
+                     " (state ", ChildStateName(child.state), ")"));
   }
   if (child.state == ChildState::kRunning) return absl::OkStatus();
   if (!child.last_error.empty()) {
     return absl::FailedPreconditionError(child.last_error);
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      LabelLocked(child), ": is ", ChildStateName(child.state)));
+  return absl::FailedPreconditionError(
+      absl::StrCat(LabelLocked(child), ": is ", ChildStateName(child.state)));
 }
 
 absl::StatusOr<ChildStatus> Supervisor::WaitExited(

@@ -292,9 +292,10 @@ class Supervisor {
   // Real steady_clock time for a deadline on options_.clock.
   std::chrono::steady_clock::time_point RealDeadline(TimePoint deadline) const;
 
-  absl::Status SendLocked(SendPayload& payload,
-                          std::shared_ptr<supervisor_internal::Incarnation>*
-                              incarnation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SendLocked(
+      SendPayload& payload,
+      std::shared_ptr<supervisor_internal::Incarnation>* incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WriteRequest(supervisor_internal::Incarnation& incarnation,
                     const SendPayload& payload);
 
@@ -305,9 +306,9 @@ class Supervisor {
   bool WaitLocked(std::unique_lock<std::mutex>& lock, TimePoint deadline,
                   Predicate done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One round of reading: waits (spinning first) until any channel has
-  // something, something else changed, or `deadline`; then handles it all.
-  // Called only by the thread holding the reader role (reading_).
-  void PollOnce(TimePoint deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  // something, the waker moved past `seen`, or `deadline`; then handles it
+  // all. Called only by the thread holding the reader role (reading_).
+  void PollOnce(TimePoint deadline, uint64_t seen) ABSL_LOCKS_EXCLUDED(mu_);
   // Without blocking, when no other thread is reading.
   void PollNow() ABSL_LOCKS_EXCLUDED(mu_);
   void RebuildPollTargets() ABSL_LOCKS_EXCLUDED(mu_);
@@ -335,10 +336,9 @@ class Supervisor {
   // Wakes waiting receivers after results or channels changed.
   void NotifyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // "child 2 (pid 1234, argv[0] 'x')", for `inc` or else the current start.
-  std::string LabelLocked(
-      const Child& child,
-      const supervisor_internal::Incarnation* inc = nullptr) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string LabelLocked(const Child& child,
+                          const supervisor_internal::Incarnation* inc =
+                              nullptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ChildStatus StatusLocked(const Child& child) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -366,8 +366,7 @@ class Supervisor {
   std::condition_variable cv_;  // with mu_: results arrived, or reading_ freed
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
-  std::unordered_map<std::string, PendingRequest> pending_
-      ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, PendingRequest> pending_ ABSL_GUARDED_BY(mu_);
   // Results not yet taken, in arrival order.
   std::deque<RecvPayload> ready_ ABSL_GUARDED_BY(mu_);
   // req_ids awaited by a RecvAll in progress; Recv skips their results.

@@ -76,8 +76,8 @@ WorkerChannel::CreatePair(uint32_t max_frame_bytes) {
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
     return absl::ErrnoToStatus(errno, "worker channel: socketpair");
   }
-  return std::make_pair(std::make_unique<WorkerChannel>(fds[0], max_frame_bytes),
-                        fds[1]);
+  return std::make_pair(
+      std::make_unique<WorkerChannel>(fds[0], max_frame_bytes), fds[1]);
 }
 
 void WorkerChannel::Shutdown() { shutdown(fd_, SHUT_RDWR); }
@@ -127,8 +127,8 @@ absl::Status WorkerChannel::Write(const google::protobuf::MessageLite& message,
       continue;
     }
     if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
-      status = absl::UnavailableError(
-          "worker channel: the peer has closed its end");
+      status =
+          absl::UnavailableError("worker channel: the peer has closed its end");
     } else {
       status = absl::ErrnoToStatus(errno, "worker channel: send");
     }
@@ -153,10 +153,11 @@ absl::StatusOr<bool> WorkerChannel::ParseBuffered(
                      " bytes, over the limit of ", max_frame_bytes_));
   }
   if (available < kHeaderBytes + length) return false;
-  if (!message->ParseFromArray(frame + kHeaderBytes, static_cast<int>(length))) {
-    return absl::DataLossError(absl::StrCat(
-        "worker channel: a frame of ", length, " bytes does not parse as ",
-        message->GetTypeName()));
+  if (!message->ParseFromArray(frame + kHeaderBytes,
+                               static_cast<int>(length))) {
+    return absl::DataLossError(absl::StrCat("worker channel: a frame of ",
+                                            length, " bytes does not parse as ",
+                                            message->GetTypeName()));
   }
   read_begin_ += kHeaderBytes + length;
   if (read_begin_ == read_end_) {
@@ -178,9 +179,9 @@ absl::StatusOr<bool> WorkerChannel::TryRead(
         return absl::OutOfRangeError(
             "worker channel: the peer closed the stream");
       }
-      return absl::DataLossError(absl::StrCat(
-          "worker channel: the stream ended inside a frame (",
-          partial_bytes(), " bytes of it received)"));
+      return absl::DataLossError(
+          absl::StrCat("worker channel: the stream ended inside a frame (",
+                       partial_bytes(), " bytes of it received)"));
     }
     // Room for at least the rest of the current frame, or one chunk.
     size_t want = kReadChunk;

@@ -73,8 +73,7 @@ absl::Status WorkerObject::AddMethod(std::string name, WorkerMethod method) {
 }
 
 absl::Status WorkerObject::SetAttr(std::string name, WorkerValue value) {
-  return AddAttr(std::move(name),
-                 [value = std::move(value)] { return value; });
+  return AddAttr(std::move(name), [value = std::move(value)] { return value; });
 }
 
 absl::Status WorkerObject::AddAttr(std::string name,
@@ -167,8 +166,7 @@ v1::WorkerReply InitReply(const absl::Status& init_status) {
   v1::WorkerReply reply;
   reply.set_method(kInitMethod);
   if (!init_status.ok()) {
-    SetError(v1::WorkerError::KIND_INIT_FAILED, init_status.ToString(),
-             &reply);
+    SetError(v1::WorkerError::KIND_INIT_FAILED, init_status.ToString(), &reply);
   }
   return reply;
 }
