@@ -1,6 +1,7 @@
 #include "lib/supervisor.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 // glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
@@ -14,6 +15,7 @@ extern "C" {
 #include <cerrno>
 #include <future>
 #include <system_error>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -72,13 +74,11 @@ class Waker {
   std::atomic<bool> blocked_{false};
 };
 
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+// One step of a spin-wait: sched_yield, not a pause instruction. The thread
+// we wait for is often on this very CPU (the scheduler puts a woken thread
+// next to its waker), and only a yield lets it run; alone on a CPU, a yield
+// returns at once.
+inline void SpinPause() { sched_yield(); }
 
 // A thread child's channel: a request queue and a reply queue under the
 // child's own mutex. The child spins on `queued_` for a while before it
@@ -138,7 +138,7 @@ class ThreadChannel {
       while (queued_.load(std::memory_order_acquire) == 0 &&
              !stopping_.load(std::memory_order_acquire) &&
              RealClock::now() < end) {
-        CpuRelax();
+        SpinPause();
       }
     }
     std::unique_lock<std::mutex> lock(mu_);
@@ -1120,7 +1120,7 @@ void Supervisor::PollOnce(TimePoint deadline, uint64_t seen) {
         break;
       }
       if (RealClock::now() >= spin_end || Now() >= deadline) break;
-      supervisor_internal::CpuRelax();
+      supervisor_internal::SpinPause();
     }
   }
   if (!ready) {
@@ -1251,6 +1251,7 @@ void Supervisor::DispatchLocked(Child& child, Incarnation& inc,
                                 v1::WorkerReply& reply) {
   if (inc.ended || child.current.get() != &inc) {
     ++stats_.dropped_replies;
+    reply.clear_data();  // the reused buffer keeps no large value
     return;
   }
   if (reply.req_id().empty() && reply.method() == kInitMethod) {
@@ -1275,10 +1276,13 @@ void Supervisor::DispatchLocked(Child& child, Incarnation& inc,
   if (it == pending_.end() || it->second.proc_id != child.proc_id ||
       it->second.generation != inc.generation) {
     ++stats_.dropped_replies;
-    spdlog::debug(
-        "supervisor: {}: dropped a reply to req '{}' ({}): no such "
-        "request in flight",
-        LabelLocked(child), reply.req_id(), reply.method());
+    if (spdlog::should_log(spdlog::level::debug)) {
+      spdlog::debug(
+          "supervisor: {}: dropped a reply to req '{}' ({}): no such request "
+          "in flight",
+          LabelLocked(child), reply.req_id(), reply.method());
+    }
+    reply.clear_data();
     return;
   }
   RecvPayload result;

@@ -469,6 +469,59 @@ TEST_CASE("A timeout callback adds a request that was not sent") {
   CHECK(results[2].ok());
 }
 
+TEST_CASE("Recv leaves the results a RecvAll waits for to it") {
+  const ChildKind kind = GENERATE(ChildKind::kProcess, ChildKind::kThread);
+  INFO(KindName(kind) << " children");
+  Supervisor supervisor(TestOptions());
+  for (int i = 0; i < 3; ++i) AddChild(supervisor, kind);
+  StartOrDie(supervisor);
+
+  // r1 is awaited by the RecvAll below and arrives before r2, which nobody
+  // awaits. A Recv on another thread, started once the RecvAll holds r1, must
+  // get r2.
+  SendPayload r0 = Payload(2, "echo", MakeArgs({NumberValue(0)}));
+  SendPayload r1 = Payload(0, "sleep_ms", MakeArgs({NumberValue(100)}));
+  SendPayload r2 = Payload(1, "sleep_ms", MakeArgs({NumberValue(300)}));
+  for (SendPayload* payload : {&r0, &r1, &r2}) SendOrDie(supervisor, *payload);
+  std::thread other;
+  absl::StatusOr<RecvPayload> other_result = absl::UnknownError("not run");
+  auto callback = [&](const RecvPayload& result, RecvAllHandle&) {
+    if (result.req_id != r0.req_id) return;
+    other =
+        std::thread([&] { other_result = supervisor.Recv(false, kLongWait); });
+  };
+  const std::vector<RecvPayload> results =
+      RecvAllOrDie(supervisor, {r0, r1}, false, callback);
+  REQUIRE(other.joinable());
+  other.join();
+  CHECK(results[0].req_id == r0.req_id);
+  CHECK(results[1].req_id == r1.req_id);
+  INFO(other_result.status().ToString());
+  REQUIRE(other_result.ok());
+  CHECK(other_result->req_id == r2.req_id);
+}
+
+TEST_CASE("A thread child that does not stop in time is detached, reported") {
+  Supervisor supervisor(TestOptions());
+  AddChild(supervisor, ChildKind::kThread);
+  StartOrDie(supervisor);
+  // busy_ms ignores the stop request.
+  SendPayload busy = Payload(0, "busy_ms", MakeArgs({NumberValue(500)}));
+  SendOrDie(supervisor, busy);
+  REQUIRE(supervisor.WaitRunning(0, kLongWait).ok());
+  const Clock::time_point start = Clock::now();
+  const absl::Status status = supervisor.Shutdown(milliseconds(100));
+  CHECK(ElapsedSeconds(start) < 1);
+  CHECK(absl::IsDeadlineExceeded(status));
+  CHECK_THAT(std::string(status.message()),
+             Catch::Contains("child 0 (thread 'mock env') did not stop within "
+                             "100ms and was detached"));
+  const absl::StatusOr<ChildStatus> child = supervisor.GetChildStatus(0);
+  REQUIRE(child.ok());
+  CHECK(child->state == ChildState::kExited);
+  CHECK_THAT(child->last_error, Catch::Contains("its thread was detached"));
+}
+
 // ---------------------------------------------------------------------------
 // The original's deadlock, and reporting.
 

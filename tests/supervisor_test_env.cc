@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -56,6 +57,13 @@ std::unique_ptr<WorkerObject> MakeMockEnv(const MockEnvOptions& options) {
                        [sleep](const WorkerArgs&) { return sleep(10000); });
   (void)env->AddMethod("block_reset",
                        [sleep](const WorkerArgs&) { return sleep(10000); });
+  (void)env->AddMethod(
+      "busy_ms", [](const WorkerArgs& args) -> absl::StatusOr<WorkerValue> {
+        const double ms = NumberArg(args, 0, 0);
+        std::this_thread::sleep_for(
+            std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));
+        return NumberValue(ms);
+      });
   if (options.allow_exit) {
     (void)env->AddMethod(
         "exit", [](const WorkerArgs& args) -> absl::StatusOr<WorkerValue> {

@@ -19,7 +19,8 @@ struct MockEnvOptions {
 
 // Methods: step(any) -> the counter after incrementing it; echo(x) -> x;
 // sleep_ms(ms) -> ms after sleeping (cut short by a stop: an error); block()
-// and block_reset() sleep 10 s the same way; exit(code) if allowed.
+// and block_reset() sleep 10 s the same way; busy_ms(ms) sleeps and ignores
+// stops (a method that cannot be interrupted); exit(code) if allowed.
 // Attributes: action_space = 3, counter, pid.
 std::unique_ptr<WorkerObject> MakeMockEnv(const MockEnvOptions& options = {});
 
