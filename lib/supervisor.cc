@@ -673,6 +673,10 @@ absl::Status Supervisor::StopChildren(const std::vector<Child*>& children,
       continue;
     }
     if (stop.was_ended) continue;
+    if (WaitPidfd(inc.pidfd, RealClock::now())) {
+      stop.escalation = "had already ended: ";  // nobody had noticed yet
+      continue;
+    }
     std::unique_lock<std::mutex> write_lock(inc.write_mu, std::try_to_lock);
     if (write_lock.owns_lock() && !inc.channel->broken()) {
       (void)inc.channel->Write(shutdown_request, RealClock::now());
@@ -698,7 +702,6 @@ absl::Status Supervisor::StopChildren(const std::vector<Child*>& children,
     return all;
   };
   const std::string half = FormatDuration(timeout / 2);
-  std::string escalation;
   if (!wait_all(ask_deadline)) {
     for (Stop& stop : stops) {
       if (stop.inc->is_process && !stop.was_ended &&

@@ -19,6 +19,10 @@
 // thread hop. When several threads wait at once, one of them reads for all and
 // hands results to the others through the supervisor's mutex and condition
 // variable. Waiters spin briefly (SupervisorOptions::spin) before blocking.
+// Exits are noticed (and processes reaped) when some call reads: any Recv,
+// RecvAll, Wait* or GetChildStatus. Processes are forked from one long-lived
+// thread of the supervisor, because PR_SET_PDEATHSIG ties a child to the
+// thread that forked it.
 //
 // Requests and results (worker.proto): a request names a registered method,
 // or "_getattr"; each request yields exactly one result, either the child's
@@ -26,8 +30,10 @@
 // reply that arrives after its request already got a result is dropped and
 // counted (SupervisorStats::dropped_replies).
 //
-// Thread-safety: every method may be called from any thread. StartLink,
-// Shutdown and Restart are serialized with each other. Ownership: the
+// Thread-safety: every method may be called from any thread (RecvAll
+// callbacks run on the caller's thread, with no lock held, and must not
+// throw). StartLink, Shutdown and Restart are serialized with each other; the
+// supervisor must outlive every call into it. Ownership: the
 // supervisor owns its children; its destructor shuts them down (with
 // SupervisorOptions::stop_timeout). A thread child that does not stop in time
 // is detached (it owns what it uses) and reported.
