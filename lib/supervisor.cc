@@ -405,8 +405,20 @@ absl::Status WorkerErrorToStatus(const v1::WorkerError& error) {
   }
 }
 
+namespace {
+
+SupervisorOptions WithDefaults(SupervisorOptions options) {
+  if (!options.clock) {
+    options.clock = [] { return std::chrono::steady_clock::now(); };
+  }
+  return options;
+}
+
+}  // namespace
+
 Supervisor::Supervisor(SupervisorOptions options)
-    : options_(std::move(options)), waker_(std::make_shared<Waker>()) {}
+    : options_(WithDefaults(std::move(options))),
+      waker_(std::make_shared<Waker>()) {}
 
 Supervisor::~Supervisor() {
   (void)Shutdown(options_.stop_timeout);

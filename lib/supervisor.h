@@ -168,6 +168,7 @@ using RecvAllCallback =
 using SupervisorClock = std::function<std::chrono::steady_clock::time_point()>;
 
 struct SupervisorOptions {
+  // Empty: steady_clock.
   SupervisorClock clock = [] { return std::chrono::steady_clock::now(); };
   // The timeout of Recv, RecvAll, GetAttr and the Wait calls when given none.
   std::chrono::nanoseconds default_timeout = std::chrono::seconds(60);

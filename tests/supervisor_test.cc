@@ -613,9 +613,11 @@ TEST_CASE("Killing a child mid-write 50 times never stalls the others") {
   CHECK(failures.empty());
   CHECK(rounds >= 50);
   CHECK(slowest_round < 5);
-  WARN("streaming rounds: " << rounds << ", slowest " << slowest_round * 1000
-                            << " ms");
   const SupervisorStats stats = supervisor.stats();
+  WARN("streaming rounds: "
+       << rounds << ", slowest " << slowest_round * 1000
+       << " ms; partial frames discarded: " << stats.partial_frames_discarded
+       << ", unsolicited frames dropped: " << stats.dropped_replies);
   CHECK(stats.restarts == 50);
   // Frames cut by the kills were discarded, and the unsolicited ones dropped.
   CHECK(stats.partial_frames_discarded >= 1);
@@ -663,7 +665,8 @@ TEST_CASE("A child whose init crashes is reported, never waited for") {
                       }
                       return absl::InvalidArgumentError(
                           "the mock env refuses to start");
-                    }})
+                    },
+                    ""})
                 .ok());
   }
   AddChild(supervisor, crash.kind);  // a healthy sibling

@@ -73,11 +73,13 @@ bool Measure(bool processes, const std::string& self, const Options& options,
   Supervisor supervisor(supervisor_options);
   for (int i = 0; i < 3; ++i) {
     absl::StatusOr<int> id =
-        processes ? supervisor.Register(ProcessChildSpec{{self, "--worker"}})
-                  : supervisor.Register(ThreadChildSpec{
-                        []() -> absl::StatusOr<std::unique_ptr<WorkerObject>> {
-                          return MakeEcho();
-                        }});
+        processes
+            ? supervisor.Register(ProcessChildSpec{{self, "--worker"}, {}, ""})
+            : supervisor.Register(ThreadChildSpec{
+                  []() -> absl::StatusOr<std::unique_ptr<WorkerObject>> {
+                    return MakeEcho();
+                  },
+                  "echo"});
     if (!id.ok()) {
       fprintf(stderr, "%s\n", id.status().ToString().c_str());
       return false;
