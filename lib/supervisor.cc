@@ -296,6 +296,9 @@ struct Incarnation {
   // The reader role's own state.
   bool channel_closed = false;  // end of stream or error seen: stop polling
   bool reaped = false;
+  // Set when the channel closed and the process had not yet ended: it is
+  // killed if still running then.
+  std::optional<RealClock::time_point> exit_grace_end;
 };
 
 }  // namespace supervisor_internal
@@ -314,7 +317,7 @@ constexpr size_t kListedRequests = 5;
 // cannot keep the reader from the others.
 constexpr size_t kFramesPerRound = 64;
 // How long a process that closed its channel may take to exit before it is
-// killed (the reader waits this long, once, for such a child).
+// killed.
 constexpr std::chrono::milliseconds kExitGrace(100);
 // A bound for waits given absurd timeouts (the arithmetic must not overflow).
 constexpr std::chrono::hours kLongestWait(24 * 365);
@@ -1097,9 +1100,14 @@ void Supervisor::PollOnce(TimePoint deadline, uint64_t seen) {
   std::vector<std::pair<size_t, bool>>& fd_targets = pollfd_targets_;
   fds.clear();
   fd_targets.clear();
+  // The blocking wait also ends when an exit grace does.
+  RealClock::time_point wake_by = RealDeadline(deadline);
   for (size_t i = 0; i < poll_targets_.size(); ++i) {
     Incarnation& inc = *poll_targets_[i].incarnation;
     if (!inc.is_process) continue;
+    if (inc.exit_grace_end.has_value()) {
+      wake_by = std::min(wake_by, *inc.exit_grace_end);
+    }
     if (!inc.channel_closed) {
       fds.push_back({inc.channel->fd(), POLLIN, 0});
       fd_targets.emplace_back(i, false);
@@ -1142,7 +1150,7 @@ void Supervisor::PollOnce(TimePoint deadline, uint64_t seen) {
     waker_->SetBlocked(true);
     if (waker_->seq() == seen) {
       const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
-          RealDeadline(deadline) - RealClock::now());
+          wake_by - RealClock::now());
       const int64_t ns = std::max<int64_t>(0, left.count());
       struct timespec timeout = {static_cast<time_t>(ns / 1000000000),
                                  static_cast<long>(ns % 1000000000)};
@@ -1162,8 +1170,9 @@ void Supervisor::PollOnce(TimePoint deadline, uint64_t seen) {
     if (fd_targets[k].second) ReapProcess(target);
   }
   for (PollTarget& target : poll_targets_) {
-    if (!target.incarnation->is_process &&
-        target.incarnation->thread_channel->has_replies()) {
+    if (target.incarnation->is_process) {
+      KillIfGraceOver(target);
+    } else if (target.incarnation->thread_channel->has_replies()) {
       ReadThreadChannel(target);
     }
   }
@@ -1208,21 +1217,33 @@ void Supervisor::ReadProcessChannel(PollTarget& target) {
   }
   if (!inc.stop_reason.empty()) return;
   // A child without its channel cannot serve. One that is exiting closes its
-  // fds a moment before it can be reaped, so it gets a short grace; one still
-  // running after it is killed, and recorded once reaped.
-  const bool kill_anyway = !inc.kill_reason.empty();
-  lock.unlock();
-  if (!kill_anyway && WaitPidfd(inc.pidfd, RealClock::now() + kExitGrace)) {
+  // fds a moment before it can be reaped, so it gets a short grace (enforced
+  // by PollOnce, which keeps reading the others meanwhile); a broken channel
+  // means the child goes now. Either way it is recorded once reaped.
+  if (inc.kill_reason.empty()) {
+    inc.exit_grace_end = RealClock::now() + kExitGrace;
     return;
   }
-  lock.lock();
-  if (inc.kill_reason.empty()) {
+  lock.unlock();
+  std::lock_guard<std::mutex> process_lock(inc.process_mu);
+  (void)inc.process->Signal(SIGKILL, /*group=*/true);
+}
+
+void Supervisor::KillIfGraceOver(PollTarget& target) {
+  Incarnation& inc = *target.incarnation;
+  if (!inc.exit_grace_end.has_value() || inc.reaped ||
+      RealClock::now() < *inc.exit_grace_end) {
+    return;
+  }
+  inc.exit_grace_end.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!inc.stop_reason.empty()) return;  // a stop takes care of it
     inc.kill_reason = absl::StrCat(
         "was killed by the supervisor: it closed its channel and was still "
         "running ",
         FormatDuration(kExitGrace), " later");
   }
-  lock.unlock();
   std::lock_guard<std::mutex> process_lock(inc.process_mu);
   (void)inc.process->Signal(SIGKILL, /*group=*/true);
 }

@@ -320,6 +320,8 @@ class Supervisor {
   void RebuildPollTargets() ABSL_LOCKS_EXCLUDED(mu_);
   void ReadProcessChannel(PollTarget& target) ABSL_LOCKS_EXCLUDED(mu_);
   void ReapProcess(PollTarget& target) ABSL_LOCKS_EXCLUDED(mu_);
+  // Kills a process that closed its channel and outlived its exit grace.
+  void KillIfGraceOver(PollTarget& target) ABSL_LOCKS_EXCLUDED(mu_);
   void ReadThreadChannel(PollTarget& target) ABSL_LOCKS_EXCLUDED(mu_);
   void DispatchLocked(Child& child, supervisor_internal::Incarnation& inc,
                       v1::WorkerReply& reply)

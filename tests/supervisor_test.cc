@@ -757,6 +757,32 @@ TEST_CASE("A child that exits mid-request completes it with CHILD_EXITED") {
   CHECK(RecvOrDie(supervisor).data.number_value() == 1);
 }
 
+TEST_CASE("A child that closes its channel but keeps running is killed") {
+  Supervisor supervisor(TestOptions());
+  AddChild(supervisor, ChildKind::kProcess, {}, {"--close_channel"});
+  AddChild(supervisor, ChildKind::kProcess);
+  StartOrDie(supervisor);
+  REQUIRE(supervisor.WaitRunning(0, kLongWait).ok());
+  SendPayload step = Step(0);
+  SendOrDie(supervisor, step);
+  const std::vector<RecvPayload> results =
+      RecvAllOrDie(supervisor, {step}, /*ignore_err=*/true);
+  REQUIRE(!results[0].ok());
+  CHECK(results[0].error->kind() == v1::WorkerError::KIND_CHILD_EXITED);
+  CHECK_THAT(results[0].error->message(),
+             Catch::Contains("was killed by the supervisor: it closed its "
+                             "channel and was still running 100ms later"));
+  const absl::StatusOr<ChildStatus> status = supervisor.GetChildStatus(0);
+  REQUIRE(status.ok());
+  CHECK(status->state == ChildState::kExited);
+  REQUIRE(status->exit_status.has_value());
+  CHECK(status->exit_status->signal == SIGKILL);
+  // The other child was served all along.
+  SendPayload other = Step(1);
+  SendOrDie(supervisor, other);
+  CHECK(RecvAllOrDie(supervisor, {other})[0].data.number_value() == 1);
+}
+
 TEST_CASE("Restart completes the pending requests of the old start") {
   const ChildKind kind = GENERATE(ChildKind::kProcess, ChildKind::kThread);
   INFO(KindName(kind) << " children");

@@ -9,6 +9,8 @@
 //                      without end and never read (the deadlock test's
 //                      victim, always in the middle of a write)
 //   --ignore_sigterm   SIGTERM is ignored
+//   --close_channel    after the handshake, close the channel and keep
+//                      running (until killed)
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,18 +29,37 @@
 namespace aggregator {
 namespace {
 
-int Stream(size_t bytes) {
+// The channel after the handshake, or null.
+std::unique_ptr<WorkerChannel> Handshake() {
   int fd = -1;
   const char* fd_text = getenv(kWorkerFdEnv);
-  if (fd_text == nullptr || !absl::SimpleAtoi(fd_text, &fd)) return 2;
-  WorkerChannel channel(fd);
+  if (fd_text == nullptr || !absl::SimpleAtoi(fd_text, &fd)) return nullptr;
+  auto channel = std::make_unique<WorkerChannel>(fd);
+  if (!channel
+           ->Write(InitReply(absl::OkStatus()),
+                   std::chrono::steady_clock::time_point::max())
+           .ok()) {
+    return nullptr;
+  }
+  return channel;
+}
+
+int CloseChannelAndStay() {
+  std::unique_ptr<WorkerChannel> channel = Handshake();
+  if (channel == nullptr) return 2;
+  channel.reset();
+  for (;;) pause();
+}
+
+int Stream(size_t bytes) {
+  std::unique_ptr<WorkerChannel> channel = Handshake();
+  if (channel == nullptr) return 2;
   const auto forever = std::chrono::steady_clock::time_point::max();
-  if (!channel.Write(InitReply(absl::OkStatus()), forever).ok()) return 2;
   v1::WorkerReply reply;
   reply.set_method("stream");
   reply.mutable_data()->set_string_value(std::string(bytes, 's'));
   for (;;) {
-    if (!channel.Write(reply, forever).ok()) return 2;
+    if (!channel->Write(reply, forever).ok()) return 2;
   }
 }
 
@@ -59,6 +80,8 @@ int Main(int argc, char** argv) {
       if (!absl::SimpleAtoi(arg.substr(15), &stream_bytes)) return 64;
     } else if (arg == "--ignore_sigterm") {
       signal(SIGTERM, SIG_IGN);
+    } else if (arg == "--close_channel") {
+      return CloseChannelAndStay();
     } else {
       fprintf(stderr, "supervisor_test_worker: unknown argument %s\n",
               arg.c_str());
