@@ -1,0 +1,29 @@
+// The mock environment the supervisor tests serve, in-process (thread
+// children) and in tests/supervisor_test_worker (process children): DI-engine's
+// MockEnv and MockCrashEnv, plus methods for timeouts and exits.
+#ifndef TESTS_SUPERVISOR_TEST_ENV_H_
+#define TESTS_SUPERVISOR_TEST_ENV_H_
+
+#include <memory>
+
+#include "lib/worker_runtime.h"
+
+namespace aggregator {
+
+struct MockEnvOptions {
+  // step fails ("Ohh") when its counter reaches this; 0: never.
+  int fail_on_step = 0;
+  // Offer exit(code), which ends the whole process: process children only.
+  bool allow_exit = false;
+};
+
+// Methods: step(any) -> the counter after incrementing it; echo(x) -> x;
+// sleep_ms(ms) -> ms after sleeping (cut short by a stop: an error); block()
+// and block_reset() sleep 10 s the same way; busy_ms(ms) sleeps and ignores
+// stops (a method that cannot be interrupted); exit(code) if allowed.
+// Attributes: action_space = 3, counter, pid.
+std::unique_ptr<WorkerObject> MakeMockEnv(const MockEnvOptions& options = {});
+
+}  // namespace aggregator
+
+#endif  // TESTS_SUPERVISOR_TEST_ENV_H_
