@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -141,6 +142,14 @@ const char* LearnerStateName(pb::LearnerState state) {
   }
 }
 
+// "running" for WORKER_STATE_RUNNING.
+std::string WorkerStateName(pb::WorkerState state) {
+  std::string name = pb::WorkerState_Name(state);
+  name = name.substr(name.rfind('_') + 1);
+  for (char& c : name) c = static_cast<char>(std::tolower(c));
+  return name;
+}
+
 int Status(const std::shared_ptr<grpc::Channel>& channel,
            const Options& options) {
   auto admin = pb::AggregatorAdmin::NewStub(channel);
@@ -167,8 +176,8 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
     for (const auto& worker : status.workers()) {
       std::printf("%-16s %5d %8d %-10s %8d  %s\n", worker.name().c_str(),
                   worker.index(), worker.pid(),
-                  pb::WorkerState_Name(worker.state()).c_str(),
-                  worker.restarts(), worker.last_error().c_str());
+                  WorkerStateName(worker.state()).c_str(), worker.restarts(),
+                  worker.last_error().c_str());
     }
   }
   return 0;
