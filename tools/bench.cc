@@ -6,8 +6,8 @@
 //
 // Sections: 1 small calls, 2 large batches, 3 fan-out, 4 supervisor (run by
 // //tools:supervisor_bench when built), 5 start-up and shutdown; A (only with
-// --compare-allocators) glibc defaults against tuned glibc, jemalloc and
-// tcmalloc. Prints a table on stdout, progress on stderr, and writes JSON.
+// --compare-allocators) the linked tcmalloc against preloaded jemalloc and
+// full tcmalloc. Prints a table on stdout, progress on stderr, and writes JSON.
 // See tools/BENCH.md for what each row means.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -994,23 +994,17 @@ Section Bench::StartUp() {
 // Section A ------------------------------------------------------------------
 
 // The allocators compared: each applies to the daemon and to every learner.
+// aggregatord and example_learner link tcmalloc
+// (//third_party/system:tcmalloc), so glibc's malloc cannot be chosen by
+// environment any more; a preloaded allocator still takes precedence over the
+// linked one. The glibc figures that led to linking tcmalloc are in
+// tools/BENCH.md.
 std::vector<ChildEnv> AllocatorVariants(std::vector<std::string>* missing) {
-  // Keep freed memory for reuse: never trim the heap top below 1 GiB and
-  // serve blocks up to 32 MiB (glibc's maximum) from the heap, so large
-  // messages reuse pages instead of faulting fresh mmaps on every call.
-  const std::string tuned =
-      "glibc.malloc.trim_threshold=1073741824:"
-      "glibc.malloc.mmap_threshold=33554432";
-  std::vector<ChildEnv> variants = {
-      {"glibc default", {}},
-      {"glibc tuned", {{"GLIBC_TUNABLES", tuned}}},
-      // The same, with transparent huge pages for the heap (madvise).
-      {"glibc tuned + THP",
-       {{"GLIBC_TUNABLES", tuned + ":glibc.malloc.hugetlb=1"}}},
-  };
+  std::vector<ChildEnv> variants = {{"as built (tcmalloc)", {}}};
   const std::pair<const char*, const char*> preloads[] = {
       {"jemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
-      {"tcmalloc", "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"},
+      {"tcmalloc (full, preloaded)",
+       "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"},
   };
   for (const auto& [label, path] : preloads) {
     if (access(path, R_OK) == 0) {
@@ -1216,8 +1210,8 @@ int Main(int argc, char** argv) {
   app.add_option("--sections", options.sections,
                  "which sections to run, e.g. 125 (default 12345)");
   app.add_flag("--compare-allocators", options.compare_allocators,
-               "run only section A: glibc default / tuned / THP, jemalloc, "
-               "tcmalloc on 64 and 256 MiB over 4 learners");
+               "run only section A: as built (tcmalloc) against preloaded "
+               "jemalloc and full tcmalloc, 64 and 256 MiB over 4 learners");
   app.add_option("--daemon", options.daemon,
                  "aggregatord binary (default: from the runfiles)");
   app.add_option("--learner", options.learner,
@@ -1226,7 +1220,7 @@ int Main(int argc, char** argv) {
                  "supervisor_bench binary (default: built next to bench)");
   app.add_option("--env", options.env,
                  "KEY=VALUE for the daemon and learners (repeatable), e.g. "
-                 "GLIBC_TUNABLES=glibc.malloc.trim_threshold=1073741824");
+                 "TCMALLOC_RELEASE_RATE=0");
   app.add_option("--preload", options.preload,
                  "LD_PRELOAD for the daemon and learners, e.g. "
                  "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2");

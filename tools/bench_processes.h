@@ -35,7 +35,8 @@ using BenchClock = std::chrono::steady_clock;
 // Extra environment for the daemon and the learners (allocator choices:
 // LD_PRELOAD, GLIBC_TUNABLES, MALLOC_CONF ...).
 struct ChildEnv {
-  std::string label = "glibc default";
+  // Nothing added: the allocator the binaries link (tcmalloc).
+  std::string label = "as built (tcmalloc)";
   std::vector<std::pair<std::string, std::string>> vars;
 };
 
