@@ -24,19 +24,6 @@ LearnerServiceOptions ServiceOptions(const AggregatorConfig& config) {
   return options;
 }
 
-const char* StateLabel(aggregator::v1::LearnerState state) {
-  switch (state) {
-    case aggregator::v1::LEARNER_STATE_READY:
-      return "ready";
-    case aggregator::v1::LEARNER_STATE_FAILED:
-      return "failed";
-    case aggregator::v1::LEARNER_STATE_REMOVED:
-      return "removed";
-    default:
-      return "connecting";
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
@@ -200,7 +187,7 @@ void AggregatorServer::CollectMetrics() {
   std::map<std::string, int> by_state = {
       {"ready", 0}, {"connecting", 0}, {"failed", 0}};
   for (const auto& learner : pool_->Status()) {
-    ++by_state[StateLabel(learner.state())];
+    ++by_state[LearnerStateName(learner.state())];
   }
   for (const auto& [state, count] : by_state) {
     metrics_.SetLearners(state, count);

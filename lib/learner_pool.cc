@@ -31,7 +31,9 @@ std::chrono::system_clock::time_point ToSystem(Clock::time_point when) {
              when - Clock::now());
 }
 
-const char* StateName(LearnerState state) {
+}  // namespace
+
+const char* LearnerStateName(LearnerState state) {
   switch (state) {
     case aggregator::v1::LEARNER_STATE_CONNECTING:
       return "connecting";
@@ -45,8 +47,6 @@ const char* StateName(LearnerState state) {
       return "unknown";
   }
 }
-
-}  // namespace
 
 grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes) {
   grpc::ChannelArguments args;
@@ -421,7 +421,7 @@ absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
   }
   if (learner->state != aggregator::v1::LEARNER_STATE_READY) {
     return absl::FailedPreconditionError(absl::StrCat(
-        learner->Name(), " is ", StateName(learner->state),
+        learner->Name(), " is ", LearnerStateName(learner->state),
         learner->last_error.empty() ? "" : ": ", learner->last_error));
   }
   if (learner->epoch != epoch) {
@@ -470,7 +470,7 @@ std::string LearnerPool::DescribeNotReady() const {
   for (const auto& learner : learners_) {
     if (learner->state == aggregator::v1::LEARNER_STATE_READY) continue;
     parts.push_back(absl::StrCat(
-        learner->Name(), " ", StateName(learner->state),
+        learner->Name(), " ", LearnerStateName(learner->state),
         learner->last_error.empty() ? "" : ": ", learner->last_error));
   }
   return absl::StrJoin(parts, "; ");

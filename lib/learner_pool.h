@@ -72,6 +72,9 @@ struct LearnerPoolOptions {
   std::function<void(size_t ready, size_t total)> on_ready_change;
 };
 
+// "connecting", "ready", "failed", "removed".
+const char* LearnerStateName(aggregator::v1::LearnerState state);
+
 // Channel arguments used for every learner channel (message sizes, no idle
 // timeout).
 grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes);

@@ -127,24 +127,8 @@ int Run(pb::Learner::Stub& stub, const Options& options) {
   return 0;
 }
 
-const char* LearnerStateName(pb::LearnerState state) {
-  switch (state) {
-    case pb::LEARNER_STATE_CONNECTING:
-      return "connecting";
-    case pb::LEARNER_STATE_READY:
-      return "ready";
-    case pb::LEARNER_STATE_FAILED:
-      return "failed";
-    case pb::LEARNER_STATE_REMOVED:
-      return "removed";
-    default:
-      return "?";
-  }
-}
-
-// "running" for WORKER_STATE_RUNNING.
-std::string WorkerStateName(pb::WorkerState state) {
-  std::string name = pb::WorkerState_Name(state);
+// "running" for WORKER_STATE_RUNNING, "ready" for LEARNER_STATE_READY.
+std::string StateName(std::string name) {
   name = name.substr(name.rfind('_') + 1);
   for (char& c : name) c = static_cast<char>(std::tolower(c));
   return name;
@@ -165,7 +149,8 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
               "CALLS", "FAILURES", "LAST ERROR");
   for (const auto& learner : status.learners()) {
     std::printf("%-16s %-24s %-11s %8lld %8lld  %s\n", learner.id().c_str(),
-                learner.address().c_str(), LearnerStateName(learner.state()),
+                learner.address().c_str(),
+                StateName(pb::LearnerState_Name(learner.state())).c_str(),
                 static_cast<long long>(learner.calls()),
                 static_cast<long long>(learner.failures()),
                 learner.last_error().c_str());
@@ -176,8 +161,8 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
     for (const auto& worker : status.workers()) {
       std::printf("%-16s %5d %8d %-10s %8d  %s\n", worker.name().c_str(),
                   worker.index(), worker.pid(),
-                  WorkerStateName(worker.state()).c_str(), worker.restarts(),
-                  worker.last_error().c_str());
+                  StateName(pb::WorkerState_Name(worker.state())).c_str(),
+                  worker.restarts(), worker.last_error().c_str());
     }
   }
   return 0;
