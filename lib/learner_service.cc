@@ -1,6 +1,5 @@
 #include "lib/learner_service.h"
 
-#include <google/protobuf/util/message_differencer.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>

@@ -35,6 +35,7 @@ extern "C" {
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 #include "tests/log_capture.h"
+#include "tests/process_helpers.h"
 
 namespace aggregator {
 namespace {
@@ -78,29 +79,6 @@ int FreePortPair() {
   }
   FAIL("no two consecutive free loopback ports in 100 attempts");
   return 0;
-}
-
-// Waits through a pidfd (which works for any process) until `pid` has exited.
-bool ExitsWithin(pid_t pid, Clock::duration timeout) {
-  const int pidfd = pidfd_open(pid, 0);
-  if (pidfd < 0) return errno == ESRCH;
-  struct pollfd pfd = {pidfd, POLLIN, 0};
-  const int ready =
-      poll(&pfd, 1,
-           static_cast<int>(
-               std::chrono::duration_cast<milliseconds>(timeout).count()));
-  close(pidfd);
-  return ready == 1;
-}
-
-std::string MakeTempDir() {
-  const char* tmp = getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") +
-                    "/daemon_workers_test.XXXXXX";
-  REQUIRE(mkdtemp(dir.data()) != nullptr);
-  char resolved[PATH_MAX];
-  REQUIRE(realpath(dir.c_str(), resolved) != nullptr);
-  return resolved;
 }
 
 void WriteText(const std::string& path, const std::string& text) {
@@ -241,7 +219,7 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
   const std::vector<pb::WorkerStatus> workers = server.workers().Status();
   server.Shutdown(std::chrono::system_clock::now() + seconds(5));
   for (const pb::WorkerStatus& worker : workers) {
-    CHECK(ExitsWithin(worker.pid(), milliseconds(0)));
+    CHECK(testing::ExitsWithin(worker.pid(), milliseconds(0)));
   }
   for (const pb::WorkerStatus& worker : server.workers().Status()) {
     CHECK(worker.state() == pb::WORKER_STATE_STOPPED);
@@ -323,7 +301,7 @@ constexpr char kSleepersConfig[] =
     "    replicas: 2\n";
 
 TEST_CASE("Workers die with a SIGKILLed aggregatord") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = testing::TempDir();
   WriteText(dir + "/aggregator.yaml", kSleepersConfig);
   std::unique_ptr<Subprocess> daemon =
       StartDaemon({"--config", dir + "/aggregator.yaml"}, dir);
@@ -336,12 +314,12 @@ TEST_CASE("Workers die with a SIGKILLed aggregatord") {
   CHECK(exit->signal == SIGKILL);
   for (pid_t pid : workers) {
     INFO("worker pid " << pid);
-    CHECK(ExitsWithin(pid, kLongWait));
+    CHECK(testing::ExitsWithin(pid, kLongWait));
   }
 }
 
 TEST_CASE("A SIGTERMed aggregatord stops its workers and exits 0") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = testing::TempDir();
   WriteText(dir + "/aggregator.yaml", kSleepersConfig);
   std::unique_ptr<Subprocess> daemon =
       StartDaemon({"--config", dir + "/aggregator.yaml"}, dir);
@@ -353,7 +331,7 @@ TEST_CASE("A SIGTERMed aggregatord stops its workers and exits 0") {
   CHECK(exit->ok());
   for (pid_t pid : workers) {
     INFO("worker pid " << pid);
-    CHECK(ExitsWithin(pid, milliseconds(0)));
+    CHECK(testing::ExitsWithin(pid, milliseconds(0)));
   }
 }
 
@@ -361,15 +339,15 @@ TEST_CASE("The default configuration finds example_learner in the runfiles") {
   // The shipped default with free ports, run from a directory that has no
   // tools/example_learner: the program comes from aggregatord's runfiles.
   const int port_base = FreePortPair();
-  const std::string dir = MakeTempDir();
+  const std::string dir = testing::TempDir();
   const std::string yaml = ReadText("config/aggregator.yaml");
   REQUIRE(yaml.find("port_base: 22300\n") != std::string::npos);
-  WriteText(dir + "/aggregator.yaml",
-            absl::StrReplaceAll(
-                yaml, {{"port_base: 22300\n",
-                        absl::StrCat("port_base: ", port_base, "\n")},
-                       {"listen: \"127.0.0.1:22273\"",
-                        "listen: \"127.0.0.1:0\""}}));
+  WriteText(
+      dir + "/aggregator.yaml",
+      absl::StrReplaceAll(
+          yaml,
+          {{"port_base: 22300\n", absl::StrCat("port_base: ", port_base, "\n")},
+           {"listen: \"127.0.0.1:22273\"", "listen: \"127.0.0.1:0\""}}));
   std::unique_ptr<Subprocess> daemon = StartDaemon(
       {"--config", dir + "/aggregator.yaml", "--listen", "127.0.0.1:0"}, dir);
   const std::vector<std::string> lines = ReadLogUntilAll(

@@ -2,9 +2,17 @@
 #ifndef TESTS_PROCESS_HELPERS_H_
 #define TESTS_PROCESS_HELPERS_H_
 
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
 #include <unistd.h>
+// glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
+extern "C" {
+#include <sys/pidfd.h>
+}
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -19,12 +27,30 @@ namespace aggregator::testing {
 // Generous bound for anything that should happen at once on a loaded machine.
 inline constexpr std::chrono::seconds kLongWait(15);
 
-// A fresh directory under $TEST_TMPDIR (or /tmp).
+// A fresh directory under $TEST_TMPDIR (or /tmp), symlinks resolved.
 inline std::string TempDir() {
   const char* base = std::getenv("TEST_TMPDIR");
-  std::string pattern = std::string(base ? base : "/tmp") + "/procXXXXXX";
+  std::string pattern = std::string(base ? base : "/tmp") + "/testXXXXXX";
   REQUIRE(mkdtemp(pattern.data()) != nullptr);
-  return pattern;
+  char resolved[PATH_MAX];
+  REQUIRE(realpath(pattern.c_str(), resolved) != nullptr);
+  return resolved;
+}
+
+// Waits through a pidfd (which works for any process, not only children)
+// until `pid` has exited; true if it did within `timeout`.
+inline bool ExitsWithin(pid_t pid,
+                        std::chrono::steady_clock::duration timeout) {
+  const int pidfd = pidfd_open(pid, 0);
+  if (pidfd < 0) return errno == ESRCH;
+  pollfd pfd = {pidfd, POLLIN, 0};
+  const int ready =
+      poll(&pfd, 1,
+           static_cast<int>(
+               std::chrono::duration_cast<std::chrono::milliseconds>(timeout)
+                   .count()));
+  close(pidfd);
+  return ready == 1;
 }
 
 inline std::string WriteFile(const std::string& path,

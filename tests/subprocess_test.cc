@@ -10,6 +10,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
+
+#include "tests/process_helpers.h"
 // glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
 extern "C" {
 #include <sys/pidfd.h>
@@ -84,30 +86,6 @@ std::string ReadAll(int fd) {
   }
 }
 
-// A new empty directory (symlinks resolved) under the test's temporary dir.
-std::string MakeTempDir() {
-  const char* tmp = getenv("TEST_TMPDIR");
-  std::string dir =
-      std::string(tmp != nullptr ? tmp : "/tmp") + "/subprocess_test.XXXXXX";
-  REQUIRE(mkdtemp(dir.data()) != nullptr);
-  char resolved[PATH_MAX];
-  REQUIRE(realpath(dir.c_str(), resolved) != nullptr);
-  return resolved;
-}
-
-// Waits (through a pidfd, which works for any process) until `pid` has exited.
-bool ExitsWithin(pid_t pid, Clock::duration timeout) {
-  const int pidfd = pidfd_open(pid, 0);
-  if (pidfd < 0) return errno == ESRCH;
-  struct pollfd pfd = {pidfd, POLLIN, 0};
-  const int ready =
-      poll(&pfd, 1,
-           static_cast<int>(
-               std::chrono::duration_cast<milliseconds>(timeout).count()));
-  close(pidfd);
-  return ready == 1;
-}
-
 TEST_CASE("Subprocess reports exit codes") {
   auto process = StartOrDie(Shell("exit 3"));
   const ExitStatus status = WaitOrDie(*process);
@@ -164,7 +142,7 @@ TEST_CASE("Start looks a bare program name up on PATH") {
 }
 
 TEST_CASE("Start runs an executable file without #! through /bin/sh") {
-  const std::string dir = MakeTempDir();
+  const std::string dir = testing::TempDir();
   const std::string script = dir + "/script";
   {
     std::ofstream out(script);
@@ -216,7 +194,7 @@ TEST_CASE(
 
 TEST_CASE("The child runs in the given working directory") {
   // A fresh directory, so it cannot be the one the test runs in.
-  const std::string dir = MakeTempDir();
+  const std::string dir = testing::TempDir();
   SubprocessOptions options = Shell("pwd -P");
   options.cwd = dir;
   auto process = StartOrDie(options);
@@ -302,7 +280,7 @@ TEST_CASE("Stop kills the child's descendants") {
   REQUIRE(grandchild > 0);
   REQUIRE(kill(grandchild, 0) == 0);
   process->Stop(seconds(5));
-  CHECK(ExitsWithin(grandchild, kLongWait));
+  CHECK(testing::ExitsWithin(grandchild, kLongWait));
 }
 
 TEST_CASE("Stop and the destructor kill descendants after the leader exited") {
@@ -314,7 +292,7 @@ TEST_CASE("Stop and the destructor kill descendants after the leader exited") {
     REQUIRE(WaitOrDie(*process).ok());
     REQUIRE(kill(grandchild, 0) == 0);
     CHECK(process->Stop(seconds(5)).ok());
-    CHECK(ExitsWithin(grandchild, kLongWait));
+    CHECK(testing::ExitsWithin(grandchild, kLongWait));
   }
   SECTION("destructor") {
     auto process = StartOrDie(Shell(script));
@@ -322,7 +300,7 @@ TEST_CASE("Stop and the destructor kill descendants after the leader exited") {
     REQUIRE(WaitOrDie(*process).ok());
     REQUIRE(kill(grandchild, 0) == 0);
     process.reset();
-    CHECK(ExitsWithin(grandchild, kLongWait));
+    CHECK(testing::ExitsWithin(grandchild, kLongWait));
   }
 }
 
@@ -331,7 +309,7 @@ TEST_CASE("Signal reaches the child or its whole group") {
   const pid_t grandchild = std::stoi(ReadLineOrDie(*process));
   REQUIRE(process->Signal(SIGUSR1, /*group=*/true).ok());
   CHECK(WaitOrDie(*process).signal == SIGUSR1);
-  CHECK(ExitsWithin(grandchild, kLongWait));
+  CHECK(testing::ExitsWithin(grandchild, kLongWait));
   // Signalling a child that has exited is not an error.
   CHECK(process->Signal(SIGTERM).ok());
   CHECK(process->Signal(SIGTERM, /*group=*/true).ok());

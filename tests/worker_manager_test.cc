@@ -33,6 +33,7 @@ extern "C" {
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tests/log_capture.h"
+#include "tests/process_helpers.h"
 
 namespace aggregator {
 namespace {
@@ -58,17 +59,6 @@ class Logs {
   }
 };
 
-// A new empty directory (symlinks resolved) under the test's temporary dir.
-std::string MakeTempDir() {
-  const char* tmp = getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") +
-                    "/worker_manager_test.XXXXXX";
-  REQUIRE(mkdtemp(dir.data()) != nullptr);
-  char resolved[PATH_MAX];
-  REQUIRE(realpath(dir.c_str(), resolved) != nullptr);
-  return resolved;
-}
-
 void WriteExecutable(const std::string& path, const std::string& text) {
   {
     std::ofstream out(path, std::ios::binary);
@@ -76,19 +66,6 @@ void WriteExecutable(const std::string& path, const std::string& text) {
     REQUIRE(out.good());
   }
   REQUIRE(chmod(path.c_str(), 0755) == 0);
-}
-
-// Waits through a pidfd (which works for any process) until `pid` has exited.
-bool ExitsWithin(pid_t pid, Clock::duration timeout) {
-  const int pidfd = pidfd_open(pid, 0);
-  if (pidfd < 0) return errno == ESRCH;
-  struct pollfd pfd = {pidfd, POLLIN, 0};
-  const int ready =
-      poll(&pfd, 1,
-           static_cast<int>(
-               std::chrono::duration_cast<milliseconds>(timeout).count()));
-  close(pidfd);
-  return ready == 1;
 }
 
 // Children of this process that are zombies (exited, not reaped).
@@ -284,7 +261,7 @@ TEST_CASE("Templates expand {index}, {port} and {name} and nothing else") {
 
 TEST_CASE("A replica's process sees its expanded argv, env and cwd") {
   Harness harness;
-  const std::string dir = MakeTempDir();
+  const std::string dir = testing::TempDir();
   WorkerSpec spec =
       Shell("tmpl", "echo \"args $0 $1 env $RANK $ADDR pwd $PWD\"");
   spec.command.push_back("{name}");  // $0
@@ -304,9 +281,9 @@ TEST_CASE("A replica's process sees its expanded argv, env and cwd") {
 }
 
 TEST_CASE("Relative programs: the working directory, then the runfiles") {
-  const std::string cwd = MakeTempDir();
-  const std::string first = MakeTempDir();
-  const std::string second = MakeTempDir();
+  const std::string cwd = testing::TempDir();
+  const std::string first = testing::TempDir();
+  const std::string second = testing::TempDir();
   for (const std::string& dir : {cwd, first, second}) {
     REQUIRE(mkdir((dir + "/bin").c_str(), 0755) == 0);
     WriteExecutable(dir + "/bin/everywhere", "#!/bin/sh\n");
@@ -363,7 +340,7 @@ TEST_CASE("Relative programs: the working directory, then the runfiles") {
 }
 
 TEST_CASE("A worker program is found in the runfiles directory") {
-  const std::string runfiles = MakeTempDir();
+  const std::string runfiles = testing::TempDir();
   REQUIRE(mkdir((runfiles + "/wm_test_bin").c_str(), 0755) == 0);
   WriteExecutable(runfiles + "/wm_test_bin/hello",
                   "#!/bin/sh\necho \"hello from $0\"\n");
@@ -598,10 +575,10 @@ TEST_CASE("A worker ignoring SIGTERM is killed after stop_timeout") {
   const pb::WorkerStatus stopping = harness.Get("stubborn", 0);
   CHECK(stopping.state() == pb::WORKER_STATE_STOPPED);
   CHECK(stopping.pid() == pid);
-  CHECK_FALSE(ExitsWithin(pid, milliseconds(100)));
+  CHECK_FALSE(testing::ExitsWithin(pid, milliseconds(100)));
   harness.Advance(milliseconds(1));
-  CHECK(ExitsWithin(pid, kLongWait));
-  CHECK(ExitsWithin(grandchild, kLongWait));
+  CHECK(testing::ExitsWithin(pid, kLongWait));
+  CHECK(testing::ExitsWithin(grandchild, kLongWait));
   CHECK(harness.WaitFor([](const auto& all) { return all.empty(); }));
   CHECK(Logs{}.Count("worker stubborn-0 (pid " + std::to_string(pid) +
                      ") did not stop within 5s") == 1);
@@ -632,8 +609,8 @@ TEST_CASE("Shutdown kills at stop_timeout or the deadline, whichever first") {
                      ") did not stop within 200ms") == 1);
   CHECK(Logs{}.Count("worker slow-kill-0 (pid " + std::to_string(slow_pid) +
                      "): shutdown deadline reached") == 1);
-  CHECK(ExitsWithin(quick_pid, milliseconds(0)));
-  CHECK(ExitsWithin(slow_pid, milliseconds(0)));
+  CHECK(testing::ExitsWithin(quick_pid, milliseconds(0)));
+  CHECK(testing::ExitsWithin(slow_pid, milliseconds(0)));
   for (const pb::WorkerStatus& status : harness.manager().Status()) {
     CHECK(status.state() == pb::WORKER_STATE_STOPPED);
     CHECK(status.pid() == 0);
@@ -657,12 +634,12 @@ TEST_CASE("Grandchildren die with their worker, on shutdown and on exit") {
   const pid_t grandchild = PidInLine(Logs{}.WaitFor("[family-0] grandchild "));
   // The leader exited: what is left of its group is killed.
   harness.WaitForState("orphaner", 0, pb::WORKER_STATE_FAILED);
-  CHECK(ExitsWithin(orphan, kLongWait));
+  CHECK(testing::ExitsWithin(orphan, kLongWait));
 
   const pid_t pid = harness.Get("family", 0).pid();
   harness.manager().Shutdown(Clock::now() + kLongWait);
-  CHECK(ExitsWithin(pid, milliseconds(0)));
-  CHECK(ExitsWithin(grandchild, kLongWait));
+  CHECK(testing::ExitsWithin(pid, milliseconds(0)));
+  CHECK(testing::ExitsWithin(grandchild, kLongWait));
   CHECK(ZombieChildren().empty());
 }
 
@@ -701,8 +678,8 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
 
   spec.replicas = 1;
   harness.Apply({spec, other});
-  CHECK(ExitsWithin(second, kLongWait));
-  CHECK(ExitsWithin(third, kLongWait));
+  CHECK(testing::ExitsWithin(second, kLongWait));
+  CHECK(testing::ExitsWithin(third, kLongWait));
   CHECK(harness.WaitFor([](const auto& all) { return all.size() == 2; }));
   CHECK(harness.Get("scale", 0).pid() == first);
   CHECK(harness.manager().LearnerEndpoints().size() == 1);
@@ -711,7 +688,7 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
   spec.env = {{"RANK", "r{index}"}};
   harness.Apply({spec, other});
   CHECK(Logs{}.WaitFor("[scale-0] up r0") == "[scale-0] up r0");
-  CHECK(ExitsWithin(first, kLongWait));
+  CHECK(testing::ExitsWithin(first, kLongWait));
   const pb::WorkerStatus restarted =
       harness.WaitForState("scale", 0, pb::WORKER_STATE_STARTING, 0);
   CHECK(restarted.pid() != first);
@@ -720,7 +697,7 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
   // Removing a worker stops it; the other keeps its process.
   const pid_t other_pid = harness.Get("other", 0).pid();
   harness.Apply({other});
-  CHECK(ExitsWithin(restarted.pid(), kLongWait));
+  CHECK(testing::ExitsWithin(restarted.pid(), kLongWait));
   CHECK(harness.WaitFor([](const auto& all) { return all.size() == 1; }));
   CHECK(harness.Get("other", 0).pid() == other_pid);
   CHECK(harness.manager().LearnerEndpoints().empty());
@@ -731,7 +708,7 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
   // replicas: 0 keeps the worker declared and runs nothing.
   other.replicas = 0;
   harness.Apply({other});
-  CHECK(ExitsWithin(other_pid, kLongWait));
+  CHECK(testing::ExitsWithin(other_pid, kLongWait));
   CHECK(harness.WaitFor([](const auto& all) { return all.empty(); }));
   CHECK(ZombieChildren().empty());
 }
