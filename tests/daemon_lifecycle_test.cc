@@ -311,3 +311,56 @@ TEST_CASE(
   REQUIRE(exit.ok());
   CHECK(exit->ok());
 }
+
+TEST_CASE("Reload scales workers and changes the log level") {
+  const std::string dir = TempDir();
+  // An unreachable learner: the pool logs each failed attempt at debug level.
+  const std::string ghost = "127.0.0.1:" + std::to_string(ClosedPort());
+  auto worker_config = [&](int replicas, const std::string& level) {
+    return "listen: \"127.0.0.1:0\"\nmetrics: {listen: \"\"}\nmin_learners: 0\n"
+           "learners: [{id: ghost, address: \"" +
+           ghost +
+           "\"}]\n"
+           "log: {level: " +
+           level +
+           "}\n"
+           "workers:\n  - {name: sleeper, command: [sleep, \"1000\"], "
+           "replicas: " +
+           std::to_string(replicas) + ", stop_timeout: 2s}\n";
+  };
+  const std::string config =
+      WriteFile(dir + "/a.yaml", worker_config(1, "info"));
+  Daemon daemon(config);
+  auto running = [&] {
+    int count = 0;
+    const pb::AggregatorStatus status = daemon.Status();
+    for (const auto& worker : status.workers()) {
+      if (worker.state() == pb::WORKER_STATE_RUNNING ||
+          worker.state() == pb::WORKER_STATE_STARTING) {
+        ++count;
+      }
+    }
+    return count;
+  };
+  REQUIRE(Eventually([&] { return running() == 1; }));
+
+  WriteFile(config, worker_config(2, "debug"));
+  pb::ReloadReply reply;
+  const grpc::Status status = daemon.Reload(&reply);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  CHECK_THAT(reply.summary(), Catch::Contains("workers ~sleeper") &&
+                                  Catch::Contains("log.level info -> debug"));
+  REQUIRE(Eventually([&] { return running() == 2; }));
+  // Debug lines appear only at the new level.
+  CHECK_THAT(daemon.Log(" debug "), Catch::Contains("ghost"));
+
+  WriteFile(config, worker_config(0, "debug"));
+  REQUIRE(daemon.Reload(&reply).ok());
+  REQUIRE(Eventually([&] { return running() == 0; }));
+  REQUIRE(daemon.process->Signal(SIGTERM).ok());
+  auto exit =
+      daemon.process->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+}
