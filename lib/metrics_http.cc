@@ -2,9 +2,16 @@
 
 #include <httplib.h>
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 
 namespace aggregator {
+namespace {
+
+constexpr std::chrono::milliseconds kStartTimeout(5000);
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& listen, const MetricsRegistry* registry) {
@@ -44,6 +51,19 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   httplib::Server* server = self->server_.get();
   self->thread_ = std::thread([server] { server->listen_after_bind(); });
+  // httplib's stop() does nothing until the listen loop runs, and the loop
+  // would then block in accept() forever: return only once it runs. httplib
+  // has no notification for that, so poll its flag, with a deadline.
+  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+  while (!server->is_running()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      self->server_->stop();
+      return absl::DeadlineExceededError(
+          absl::StrCat("the metrics server on '", listen,
+                       "' did not start within ", kStartTimeout.count(), "ms"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return self;
 }
 

@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
+#include <future>
+#include <thread>
 
 #include "lib/aggregator_metrics.h"
 #include "lib/metrics_http.h"
@@ -98,4 +100,29 @@ TEST_CASE("The metrics endpoint serves the registry and passes promtool") {
   INFO(out);
   CHECK(exit->ok());
   (*server)->Stop();
+}
+
+TEST_CASE(
+    "The metrics endpoint stops at once even when stopped right after start") {
+  // Regression: stopping before httplib's listen loop ran left it blocked in
+  // accept(), and the daemon hung on SIGTERM. Run in a thread we can abandon,
+  // so a hang fails the test instead of hanging it.
+  MetricsRegistry registry;
+  auto done = std::make_shared<std::promise<bool>>();
+  std::future<bool> finished = done->get_future();
+  std::thread([done, &registry] {
+    for (int i = 0; i < 200; ++i) {
+      auto server =
+          aggregator::MetricsHttpServer::Start("127.0.0.1:0", &registry);
+      if (!server.ok()) {
+        done->set_value(false);
+        return;
+      }
+      (*server)->Stop();
+    }
+    done->set_value(true);
+  }).detach();
+  REQUIRE(finished.wait_for(std::chrono::seconds(30)) ==
+          std::future_status::ready);
+  CHECK(finished.get());
 }
