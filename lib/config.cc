@@ -469,45 +469,20 @@ class Parser {
       const Field& field, std::vector<std::pair<std::string, std::string>>* env,
       const std::function<void(const Field&, absl::string_view)>& note_port) {
     env->clear();
-    if (field.node.IsNull()) return;
-    if (!field.node.IsMap()) {
-      Error(field, absl::StrCat("expected a map of variable names to values, "
-                                "got ",
-                                Describe(field.node)));
-      return;
-    }
-    std::map<std::string, YAML::Mark> seen;
-    for (YAML::const_iterator it = field.node.begin(); it != field.node.end();
-         ++it) {
-      const YAML::Node key = it->first;
-      if (!key.IsScalar()) {
-        Error(key.Mark(), field.path,
-              absl::StrCat("keys must be variable names, got ", Describe(key)));
-        continue;
-      }
-      const std::string& name = key.Scalar();
-      const std::string path = absl::StrCat(field.path, ".", name);
-      if (!IsEnvName(name)) {
-        Error(key.Mark(), path,
-              "not a variable name: letters, digits and '_', not starting "
-              "with a digit");
-        continue;
-      }
-      auto [first, inserted] = seen.emplace(name, key.Mark());
-      if (!inserted) {
-        Error(
-            key.Mark(), path,
-            absl::StrCat("duplicate key, first at ", Position(first->second)));
-        continue;
-      }
-      const YAML::Node value = it->second;
-      const Field value_field{value, value.IsNull() ? key.Mark() : value.Mark(),
-                              path};
-      std::string text;
-      if (!ReadString(value_field, &text)) continue;
-      note_port(value_field, text);
-      env->emplace_back(name, std::move(text));
-    }
+    ForEachEntry(field, "a map of variable names to values", "variable names",
+                 [&](const std::string& name, const YAML::Mark& key,
+                     const Field& value) {
+                   if (!IsEnvName(name)) {
+                     Error(key, value.path,
+                           "not a variable name: letters, digits and '_', not "
+                           "starting with a digit");
+                     return;
+                   }
+                   std::string text;
+                   if (!ReadString(value, &text)) return;
+                   note_port(value, text);
+                   env->emplace_back(name, std::move(text));
+                 });
   }
 
   void ReadWorkerBackoff(const Field& field, WorkerBackoffOptions* backoff) {
@@ -705,9 +680,34 @@ class Parser {
   // once, and calls each key's reader. An empty section ("connect:") keeps
   // every default.
   void ReadMap(const Field& field, std::initializer_list<Key> keys) {
+    ForEachEntry(field, "a map", "names",
+                 [&](const std::string& name, const YAML::Mark& key,
+                     const Field& value) {
+                   for (const Key& candidate : keys) {
+                     if (name == candidate.name) return candidate.read(value);
+                   }
+                   std::vector<std::string> allowed;
+                   for (const Key& candidate : keys) {
+                     allowed.push_back(candidate.name);
+                   }
+                   Error(key, value.path,
+                         absl::StrCat("unknown key; allowed here: ",
+                                      absl::StrJoin(allowed, ", ")));
+                 });
+  }
+
+  // The walk every map shares: `field` must be `expected` (a map) or empty;
+  // each key must be a scalar (`key_kind` says what kind) and appear once.
+  // `entry` gets each key's name, its position and its value as a Field whose
+  // path is "<field path>.<name>".
+  void ForEachEntry(
+      const Field& field, const char* expected, const char* key_kind,
+      const std::function<void(const std::string&, const YAML::Mark&,
+                               const Field&)>& entry) {
     if (field.node.IsNull()) return;
     if (!field.node.IsMap()) {
-      Error(field, absl::StrCat("expected a map, got ", Describe(field.node)));
+      Error(field, absl::StrCat("expected ", expected, ", got ",
+                                Describe(field.node)));
       return;
     }
     std::map<std::string, YAML::Mark> seen;
@@ -716,7 +716,7 @@ class Parser {
       const YAML::Node key = it->first;
       if (!key.IsScalar()) {
         Error(key.Mark(), field.path,
-              absl::StrCat("keys must be names, got ", Describe(key)));
+              absl::StrCat("keys must be ", key_kind, ", got ", Describe(key)));
         continue;
       }
       const std::string& name = key.Scalar();
@@ -729,22 +729,10 @@ class Parser {
             absl::StrCat("duplicate key, first at ", Position(first->second)));
         continue;
       }
-      const Key* match = nullptr;
-      for (const Key& candidate : keys) {
-        if (name == candidate.name) match = &candidate;
-      }
-      if (match == nullptr) {
-        std::vector<std::string> allowed;
-        for (const Key& candidate : keys) allowed.push_back(candidate.name);
-        Error(key.Mark(), path,
-              absl::StrCat("unknown key; allowed here: ",
-                           absl::StrJoin(allowed, ", ")));
-        continue;
-      }
       // An empty value ("key:") has no position of its own: point at its key.
       const YAML::Node value = it->second;
-      match->read(
-          Field{value, value.IsNull() ? key.Mark() : value.Mark(), path});
+      entry(name, key.Mark(),
+            Field{value, value.IsNull() ? key.Mark() : value.Mark(), path});
     }
   }
 

@@ -445,22 +445,18 @@ absl::StatusOr<int> Supervisor::Register(ProcessChildSpec spec) {
   if (spec.argv.empty()) {
     return absl::InvalidArgumentError("supervisor: a process child needs argv");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (running_) {
-    return absl::FailedPreconditionError(
-        "supervisor: Register after StartLink (register every child first)");
-  }
-  auto child = std::make_unique<Child>();
-  child->proc_id = static_cast<int>(children_.size());
-  child->spec = std::move(spec);
-  children_.push_back(std::move(child));
-  return children_.back()->proc_id;
+  return AddChild(std::move(spec));
 }
 
 absl::StatusOr<int> Supervisor::Register(ThreadChildSpec spec) {
   if (!spec.init) {
     return absl::InvalidArgumentError("supervisor: a thread child needs init");
   }
+  return AddChild(std::move(spec));
+}
+
+absl::StatusOr<int> Supervisor::AddChild(
+    std::variant<ProcessChildSpec, ThreadChildSpec> spec) {
   std::lock_guard<std::mutex> lock(mu_);
   if (running_) {
     return absl::FailedPreconditionError(

@@ -279,6 +279,10 @@ class Supervisor {
   SupervisorStats stats() const;
 
  private:
+  // Appends a child (Register's shared part); FAILED_PRECONDITION once
+  // running.
+  absl::StatusOr<int> AddChild(
+      std::variant<ProcessChildSpec, ThreadChildSpec> spec);
   friend class RecvAllHandle;
   struct Child;
   struct PendingRequest {
