@@ -1,8 +1,8 @@
 // aggregatord: flags in, RunDaemon out. Everything else lives in lib/.
 #include <CLI/CLI.hpp>
 
-#include "lib/daemon_runner.h"
-#include "lib/version.h"
+#include "daemon/daemon_runner.h"
+#include "lib/base/version.h"
 
 int main(int argc, char** argv) {
   aggregator::DaemonOptions options;

@@ -1,4 +1,4 @@
-#include "lib/backoff.h"
+#include "lib/base/backoff.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "lib/config_diff.h"
+#include "lib/config/config_diff.h"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "lib/config.h"
+#include "lib/config/config.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "lib/info_merger.h"
+#include "lib/aggregation/info_merger.h"
 
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>

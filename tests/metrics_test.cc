@@ -1,4 +1,4 @@
-#include "lib/metrics.h"
+#include "lib/ops/metrics.h"
 
 #include <httplib.h>
 
@@ -6,8 +6,8 @@
 #include <future>
 #include <thread>
 
-#include "lib/aggregator_metrics.h"
-#include "lib/metrics_http.h"
+#include "lib/ops/aggregator_metrics.h"
+#include "lib/ops/metrics_http.h"
 #include "tests/process_helpers.h"
 
 using aggregator::MetricsRegistry;

@@ -20,7 +20,7 @@ extern "C" {
 #include <string>
 #include <vector>
 
-#include "lib/subprocess.h"
+#include "lib/process/subprocess.h"
 
 namespace aggregator::testing {
 

@@ -1,4 +1,4 @@
-#include "lib/raw_batch.h"
+#include "lib/aggregation/raw_batch.h"
 
 #include <grpcpp/impl/codegen/proto_utils.h>
 

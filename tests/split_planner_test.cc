@@ -1,4 +1,4 @@
-#include "lib/split_planner.h"
+#include "lib/aggregation/split_planner.h"
 
 #include <catch2/catch.hpp>
 

@@ -2,7 +2,7 @@
 // failures, environment, cwd, output capture, deadlines, group kills, fd
 // passing, signal state and reaping. Every wait has a deadline; nothing sleeps
 // to sync.
-#include "lib/subprocess.h"
+#include "lib/process/subprocess.h"
 
 #include <fcntl.h>
 #include <limits.h>

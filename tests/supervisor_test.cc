@@ -4,7 +4,7 @@
 // original's deadlock (a child killed mid-write), init crashes, exits and
 // shutdown escalation, and the worker channel on its own. Every wait has a
 // deadline; nothing sleeps to synchronize.
-#include "lib/supervisor.h"
+#include "lib/supervisor/supervisor.h"
 
 #include <signal.h>
 #include <sys/socket.h>
@@ -23,8 +23,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lib/worker_channel.h"
-#include "lib/worker_runtime.h"
+#include "lib/supervisor/worker_channel.h"
+#include "lib/supervisor/worker_runtime.h"
 #include "tests/supervisor_test_env.h"
 
 namespace aggregator {

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "lib/worker_runtime.h"
+#include "lib/supervisor/worker_runtime.h"
 
 namespace aggregator {
 

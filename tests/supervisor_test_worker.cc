@@ -22,8 +22,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "lib/worker_channel.h"
-#include "lib/worker_runtime.h"
+#include "lib/supervisor/worker_channel.h"
+#include "lib/supervisor/worker_runtime.h"
 #include "tests/supervisor_test_env.h"
 
 namespace aggregator {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/aggregator_server.h"
-#include "lib/config.h"
+#include "lib/server/aggregator_server.h"
+#include "lib/config/config.h"
 #include "proto/learner.grpc.pb.h"
 #include "tools/example_learner_service.h"
 

@@ -3,7 +3,7 @@
 // min_uptime, stop timeouts, process groups, reaping, output capture and
 // scaling. Every wait has a deadline; nothing sleeps to sync. Time-dependent
 // behaviour is checked by advancing the fake clock and calling Sync.
-#include "lib/worker_manager.h"
+#include "lib/workers/worker_manager.h"
 
 #include <dirent.h>
 #include <limits.h>

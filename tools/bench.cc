@@ -31,7 +31,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "lib/subprocess.h"
+#include "lib/process/subprocess.h"
 #include "proto/learner.grpc.pb.h"
 #include "tools/bench_processes.h"
 #include "tools/bench_report.h"

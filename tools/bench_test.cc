@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/config.h"
+#include "lib/config/config.h"
 #include "tools/bench_processes.h"
 #include "tools/bench_report.h"
 

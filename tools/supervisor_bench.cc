@@ -16,8 +16,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "lib/supervisor.h"
-#include "lib/worker_runtime.h"
+#include "lib/supervisor/supervisor.h"
+#include "lib/supervisor/worker_runtime.h"
 
 namespace aggregator {
 namespace {

@@ -1,0 +1,210 @@
+#include "lib/aggregation/info_merger.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace aggregator {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+enum class Shape { kAbsent, kNull, kScalar, kList, kMap };
+
+Shape ShapeOf(const Value* value) {
+  if (value == nullptr) return Shape::kAbsent;
+  switch (value->kind_case()) {
+    case Value::kStructValue:
+      return Shape::kMap;
+    case Value::kListValue:
+      return Shape::kList;
+    case Value::kNullValue:
+    case Value::KIND_NOT_SET:
+      return Shape::kNull;
+    default:
+      return Shape::kScalar;
+  }
+}
+
+const char* ShapeName(Shape shape) {
+  switch (shape) {
+    case Shape::kMap:
+      return "a map";
+    case Shape::kList:
+      return "a list";
+    case Shape::kScalar:
+      return "a scalar";
+    default:
+      return "null";
+  }
+}
+
+std::string Brief(const Value& value) {
+  switch (value.kind_case()) {
+    case Value::kNumberValue:
+      return absl::StrCat(value.number_value());
+    case Value::kStringValue:
+      return absl::StrCat("\"", value.string_value(), "\"");
+    case Value::kBoolValue:
+      return value.bool_value() ? "true" : "false";
+    default:
+      return ShapeName(ShapeOf(&value));
+  }
+}
+
+// One merge: the learners' ids for messages, and the warnings it collects.
+class MergePass {
+ public:
+  MergePass(const std::set<std::string>& homogeneous_keys,
+            const std::vector<std::string>& learner_ids,
+            std::vector<std::string>* warnings)
+      : homogeneous_keys_(homogeneous_keys),
+        ids_(learner_ids),
+        warnings_(warnings) {}
+
+  // `maps[i]` is learner i's map at `path`, or null when it has none.
+  absl::Status Maps(const std::string& path, const std::vector<Struct*>& maps,
+                    Struct* out) {
+    std::set<std::string> keys;
+    for (const Struct* map : maps) {
+      if (map == nullptr) continue;
+      for (const auto& field : map->fields()) keys.insert(field.first);
+    }
+    for (const std::string& key : keys) {
+      std::vector<Value*> values(maps.size(), nullptr);
+      for (size_t i = 0; i < maps.size(); ++i) {
+        if (maps[i] == nullptr) continue;
+        auto it = maps[i]->mutable_fields()->find(key);
+        if (it != maps[i]->mutable_fields()->end()) values[i] = &it->second;
+      }
+      const std::string key_path =
+          path.empty() ? key : absl::StrCat(path, ".", key);
+      Value merged;
+      if (homogeneous_keys_.count(key) > 0) {
+        Homogeneous(key_path, values, &merged);
+      } else if (absl::Status status = Values(key_path, values, &merged);
+                 !status.ok()) {
+        return status;
+      }
+      (*out->mutable_fields())[key] = std::move(merged);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  void Homogeneous(const std::string& path, const std::vector<Value*>& values,
+                   Value* out) {
+    size_t first = values.size();
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i] == nullptr) continue;
+      if (first == values.size()) {
+        first = i;
+        continue;
+      }
+      if (!google::protobuf::util::MessageDifferencer::Equals(*values[i],
+                                                              *values[first])) {
+        warnings_->push_back(absl::StrCat(
+            "learners disagree on '", path, "': ", ids_[i], " sent ",
+            Brief(*values[i]), ", ", ids_[first], " sent ",
+            Brief(*values[first]), "; kept ", ids_[first], "'s"));
+      }
+    }
+    *out = *values[first];
+  }
+
+  absl::Status Values(const std::string& path,
+                      const std::vector<Value*>& values, Value* out) {
+    // The shape of the merged value: the first map or list decides; scalars and
+    // nulls alone make a per-learner list.
+    Shape shape = Shape::kScalar;
+    size_t decider = values.size();
+    for (size_t i = 0; i < values.size(); ++i) {
+      const Shape s = ShapeOf(values[i]);
+      if ((s == Shape::kMap || s == Shape::kList) && decider == values.size()) {
+        shape = s;
+        decider = i;
+      }
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      const Shape s = ShapeOf(values[i]);
+      const bool fits = s == shape || s == Shape::kAbsent || s == Shape::kNull;
+      if (!fits) {
+        return absl::InternalError(
+            absl::StrCat("cannot merge learn info key '", path,
+                         "': ", ids_[decider], " sent ", ShapeName(shape),
+                         " but ", ids_[i], " sent ", ShapeName(s)));
+      }
+    }
+    if (shape == Shape::kScalar) {
+      auto* list = out->mutable_list_value();
+      for (Value* value : values) {
+        Value* entry = list->add_values();
+        if (value == nullptr) {
+          entry->set_null_value(google::protobuf::NULL_VALUE);
+        } else {
+          *entry = std::move(*value);
+        }
+      }
+      return absl::OkStatus();
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      const Shape s = ShapeOf(values[i]);
+      if (s != shape) {
+        warnings_->push_back(absl::StrCat(
+            ids_[i], (s == Shape::kNull ? " sent null for '" : " sent no '"),
+            path, "' where ", ids_[decider], " sent ", ShapeName(shape),
+            shape == Shape::kList ? "; the merged list has none of its entries"
+                                  : ""));
+      }
+    }
+    if (shape == Shape::kList) {
+      auto* list = out->mutable_list_value();
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (ShapeOf(values[i]) != Shape::kList) continue;
+        for (Value& entry :
+             *values[i]->mutable_list_value()->mutable_values()) {
+          *list->add_values() = std::move(entry);
+        }
+      }
+      return absl::OkStatus();
+    }
+    std::vector<Struct*> maps(values.size(), nullptr);
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (ShapeOf(values[i]) == Shape::kMap) {
+        maps[i] = values[i]->mutable_struct_value();
+      }
+    }
+    return Maps(path, maps, out->mutable_struct_value());
+  }
+
+  const std::set<std::string>& homogeneous_keys_;
+  const std::vector<std::string>& ids_;
+  std::vector<std::string>* warnings_;
+};
+
+}  // namespace
+
+InfoMerger::InfoMerger(std::vector<std::string> homogeneous_keys)
+    : homogeneous_keys_(homogeneous_keys.begin(), homogeneous_keys.end()) {}
+
+absl::StatusOr<MergedInfo> InfoMerger::Merge(
+    const std::vector<google::protobuf::Struct*>& infos,
+    const std::vector<std::string>& learner_ids) const {
+  if (infos.size() != learner_ids.size()) {
+    return absl::InternalError(absl::StrCat("InfoMerger: ", infos.size(),
+                                            " infos for ", learner_ids.size(),
+                                            " learners"));
+  }
+  MergedInfo merged;
+  MergePass merge(homogeneous_keys_, learner_ids, &merged.warnings);
+  if (absl::Status status = merge.Maps("", infos, &merged.info); !status.ok()) {
+    return status;
+  }
+  return merged;
+}
+
+}  // namespace aggregator

@@ -1,0 +1,60 @@
+// Merges the learn infos of several learners into one, as DI-engine's
+// merge_info but total: it never crashes on a key that only some learners send
+// and never drops a learner's data silently.
+//
+// Rules, applied key by key at every level of nesting (learners in plan order):
+// - a homogeneous key (configurable) takes the first learner's value; a learner
+// that
+//   disagrees is reported in `warnings`;
+// - maps merge recursively over the union of their keys;
+// - lists concatenate in learner order (per-sample lists stay aligned with the
+// batch);
+// - scalars (numbers, strings, bools) become a list with one entry per learner,
+// with
+//   null for a learner that did not send the key;
+// - a null where others send a map or list counts as absent (reported in
+// warnings);
+// - any other mix (a list from one learner, a number from another) is an error
+// naming
+//   the key path and both learners.
+//
+// Thread-safety: InfoMerger is immutable after construction; Merge may be
+// called concurrently.
+#ifndef LIB_AGGREGATION_INFO_MERGER_H_
+#define LIB_AGGREGATION_INFO_MERGER_H_
+
+#include <google/protobuf/struct.pb.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace aggregator {
+
+struct MergedInfo {
+  google::protobuf::Struct info;
+  // Disagreements and absences worth logging, one sentence each.
+  std::vector<std::string> warnings;
+};
+
+class InfoMerger {
+ public:
+  explicit InfoMerger(std::vector<std::string> homogeneous_keys);
+
+  // `infos[i]` came from the learner named `learner_ids[i]` (same sizes).
+  // Values are moved out of `infos` (lists can hold one entry per sample). An
+  // empty input merges to an empty info. Fails with INTERNAL naming key and
+  // learners when shapes cannot be merged.
+  absl::StatusOr<MergedInfo> Merge(
+      const std::vector<google::protobuf::Struct*>& infos,
+      const std::vector<std::string>& learner_ids) const;
+
+ private:
+  std::set<std::string> homogeneous_keys_;
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_AGGREGATION_INFO_MERGER_H_

@@ -1,0 +1,479 @@
+#include "lib/learners/learner_pool.h"
+
+#include <grpcpp/alarm.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <climits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace aggregator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using aggregator::v1::LearnerState;
+
+// How often a ready learner's watch is re-armed. Bounds how long the pool's
+// teardown can wait for a channel that a caller still holds; a disconnect is
+// seen at once.
+constexpr std::chrono::seconds kReadyWatchPeriod{2};
+// How often the connector wakes when nothing is due (a cheap, bounded wait).
+constexpr std::chrono::seconds kIdleWake{1};
+
+// gRPC's own deadlines take system_clock; ours are steady.
+std::chrono::system_clock::time_point ToSystem(Clock::time_point when) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             when - Clock::now());
+}
+
+}  // namespace
+
+const char* LearnerStateName(LearnerState state) {
+  switch (state) {
+    case aggregator::v1::LEARNER_STATE_CONNECTING:
+      return "connecting";
+    case aggregator::v1::LEARNER_STATE_READY:
+      return "ready";
+    case aggregator::v1::LEARNER_STATE_FAILED:
+      return "failed";
+    case aggregator::v1::LEARNER_STATE_REMOVED:
+      return "removed";
+    default:
+      return "unknown";
+  }
+}
+
+grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes) {
+  grpc::ChannelArguments args;
+  const int limit =
+      static_cast<int>(std::min<int64_t>(max_message_bytes, INT_MAX));
+  args.SetMaxReceiveMessageSize(limit);
+  args.SetMaxSendMessageSize(limit);
+  // Never drop an idle connection: an idle learner is still a ready learner.
+  args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, INT_MAX);
+  return args;
+}
+
+struct LearnerPool::Learner {
+  Learner(LearnerEndpoint endpoint_in, const BackoffOptions& backoff_options,
+          UniformRandom random)
+      : endpoint(std::move(endpoint_in)),
+        backoff(backoff_options, std::move(random)) {}
+
+  std::string Name() const {
+    return absl::StrCat(endpoint.id, " (", endpoint.address, ")");
+  }
+  LearnerHandle Handle() const {
+    return LearnerHandle{endpoint.id, endpoint.address, epoch,   stub,
+                         generic,     counters,         resource};
+  }
+
+  LearnerEndpoint endpoint;
+  LearnerState state = aggregator::v1::LEARNER_STATE_CONNECTING;
+  uint64_t epoch = 0;
+  // Identifies the current attempt or watch; events carrying another are stale.
+  uint64_t token = 0;
+  int attempts = 0;
+  std::shared_ptr<grpc::Channel> channel;
+  std::shared_ptr<aggregator::v1::Learner::Stub> stub;  // set while ready
+  std::shared_ptr<grpc::GenericStub> generic;           // set while ready
+  std::shared_ptr<LearnerCounters> counters =
+      std::make_shared<LearnerCounters>();
+  Backoff backoff;
+  Clock::time_point connecting_since = Clock::now();
+  Clock::time_point attempt_deadline;
+  std::unique_ptr<grpc::Alarm> alarm;
+  // The probe in flight, if any (owned by its event), to cancel on removal.
+  grpc::ClientContext* probing = nullptr;
+  aggregator::v1::Resource resource;  // its answer to the probe
+  std::string last_error;
+};
+
+struct LearnerPool::Event {
+  // kProbe: the GetResource call that shows a connected learner answers.
+  struct Probe {
+    std::shared_ptr<aggregator::v1::Learner::Stub> stub;
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<aggregator::v1::Resource>>
+        rpc;
+    aggregator::v1::Resource reply;
+    grpc::Status status;
+  };
+
+  enum Kind { kAttempt, kStateChange, kProbe } kind;
+  std::string learner_id;
+  uint64_t token;
+  std::unique_ptr<Probe> probe;
+};
+
+LearnerPool::LearnerPool(LearnerPoolOptions options)
+    : options_([&] {
+        if (!options.random) options.random = MakeUniformRandom();
+        return std::move(options);
+      }()),
+      connect_(options_.connect) {
+  connector_ = std::thread([this] { Run(); });
+}
+
+LearnerPool::~LearnerPool() {
+  std::vector<std::unique_ptr<Learner>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& learner : learners_) {
+      if (learner->probing != nullptr) learner->probing->TryCancel();
+    }
+    dropped.swap(learners_);
+  }
+  // Destroying alarms and channels completes their pending events.
+  dropped.clear();
+  queue_.Shutdown();
+  connector_.join();
+}
+
+void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
+  std::vector<std::unique_ptr<Learner>> dropped;
+  size_t ready = 0;
+  size_t total = 0;
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::unique_ptr<Learner>> next;
+    for (const LearnerEndpoint& endpoint : learners) {
+      auto same = std::find_if(learners_.begin(), learners_.end(),
+                               [&](const std::unique_ptr<Learner>& l) {
+                                 return l != nullptr && l->endpoint == endpoint;
+                               });
+      if (same != learners_.end()) {
+        next.push_back(std::move(*same));
+        continue;
+      }
+      auto learner = std::make_unique<Learner>(endpoint, connect_.backoff,
+                                               options_.random);
+      spdlog::info("learner {}: connecting", learner->Name());
+      Schedule(learner.get(), Clock::now());
+      next.push_back(std::move(learner));
+    }
+    for (auto& learner : learners_) {
+      if (learner == nullptr) continue;
+      if (learner->probing != nullptr) learner->probing->TryCancel();
+      spdlog::info(
+          "learner {}: removed from the pool; calls in flight finish on "
+          "their connection",
+          learner->Name());
+      dropped.push_back(std::move(learner));
+    }
+    learners_ = std::move(next);
+    ready = ReadyCountLocked();
+    total = learners_.size();
+    changed = ready != last_reported_ready_;
+    last_reported_ready_ = ready;
+  }
+  dropped.clear();  // outside the lock: destroying a channel may take a moment
+  if (changed) {
+    ready_changed_.notify_all();
+    if (options_.on_ready_change) options_.on_ready_change(ready, total);
+  }
+}
+
+void LearnerPool::SetConnectOptions(const ConnectOptions& connect) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connect_ = connect;
+  for (const auto& learner : learners_) {
+    learner->backoff = Backoff(connect_.backoff, options_.random);
+  }
+}
+
+void LearnerPool::Run() {
+  while (true) {
+    Clock::time_point wake = Clock::now() + kIdleWake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& learner : learners_) {
+        if (learner->state == aggregator::v1::LEARNER_STATE_CONNECTING) {
+          wake = std::min(wake, learner->connecting_since + connect_.timeout);
+        }
+      }
+    }
+    void* tag = nullptr;
+    bool ok = false;
+    const auto status = queue_.AsyncNext(&tag, &ok, ToSystem(wake));
+    if (status == grpc::CompletionQueue::SHUTDOWN) return;
+    size_t ready = 0;
+    size_t total = 0;
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (status == grpc::CompletionQueue::GOT_EVENT) {
+        Handle(static_cast<Event*>(tag), ok);
+      }
+      if (stopping_) continue;  // drain the queue until it shuts down
+      MarkTimedOut(Clock::now());
+      ready = ReadyCountLocked();
+      total = learners_.size();
+      changed = ready != last_reported_ready_;
+      last_reported_ready_ = ready;
+    }
+    if (changed) {
+      ready_changed_.notify_all();
+      if (options_.on_ready_change) options_.on_ready_change(ready, total);
+    }
+  }
+}
+
+void LearnerPool::Handle(Event* event, bool ok) {
+  std::unique_ptr<Event> owned(event);
+  if (stopping_) return;
+  Learner* learner = Find(event->learner_id);
+  if (learner != nullptr && event->probe != nullptr &&
+      learner->probing == &event->probe->context) {
+    learner->probing = nullptr;
+  }
+  if (learner == nullptr || learner->token != event->token) return;  // stale
+  switch (event->kind) {
+    case Event::kAttempt:
+      if (ok) StartAttempt(learner);
+      return;
+    case Event::kStateChange:
+      OnStateChange(learner, ok);
+      return;
+    case Event::kProbe:
+      OnProbe(learner, *event);
+      return;
+  }
+}
+
+void LearnerPool::StartAttempt(Learner* learner) {
+  ++learner->attempts;
+  learner->token = next_token_++;
+  learner->channel = grpc::CreateCustomChannel(
+      learner->endpoint.address, grpc::InsecureChannelCredentials(), [&] {
+        grpc::ChannelArguments args =
+            LearnerChannelArguments(options_.max_message_bytes);
+        // A fresh subchannel per attempt: our backoff decides when to retry.
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                    static_cast<int>(connect_.attempt_timeout.count()));
+        return args;
+      }());
+  learner->attempt_deadline = Clock::now() + connect_.attempt_timeout;
+  Watch(learner, learner->channel->GetState(/*try_to_connect=*/true),
+        learner->attempt_deadline);
+}
+
+void LearnerPool::OnStateChange(Learner* learner, bool ok) {
+  grpc_connectivity_state state = learner->channel->GetState(false);
+  const Clock::time_point now = Clock::now();
+  if (learner->state == aggregator::v1::LEARNER_STATE_READY) {
+    if (state == GRPC_CHANNEL_READY) {
+      Watch(learner, state, now + kReadyWatchPeriod);
+      return;
+    }
+    spdlog::warn("learner {}: connection lost; reconnecting", learner->Name());
+    learner->state = aggregator::v1::LEARNER_STATE_CONNECTING;
+    learner->stub.reset();
+    learner->generic.reset();
+    learner->connecting_since = now;
+    learner->attempts = 0;
+    learner->last_error = "connection lost";
+    StartAttempt(learner);
+    return;
+  }
+  if (state == GRPC_CHANNEL_READY) {
+    StartProbe(learner);
+    return;
+  }
+  if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+      state == GRPC_CHANNEL_SHUTDOWN) {
+    AttemptFailed(learner, "connection failed");
+    return;
+  }
+  if (!ok || now >= learner->attempt_deadline) {
+    AttemptFailed(learner,
+                  absl::StrCat("no connection within connect.attempt_timeout (",
+                               connect_.attempt_timeout.count(), "ms)"));
+    return;
+  }
+  if (state == GRPC_CHANNEL_IDLE) state = learner->channel->GetState(true);
+  Watch(learner, state, learner->attempt_deadline);
+}
+
+void LearnerPool::StartProbe(Learner* learner) {
+  auto* event = new Event{Event::kProbe, learner->endpoint.id, learner->token,
+                          std::make_unique<Event::Probe>()};
+  Event::Probe& probe = *event->probe;
+  probe.stub = aggregator::v1::Learner::NewStub(learner->channel);
+  probe.context.set_deadline(ToSystem(learner->attempt_deadline));
+  probe.rpc = probe.stub->AsyncGetResource(
+      &probe.context, aggregator::v1::GetResourceRequest(), &queue_);
+  probe.rpc->Finish(&probe.reply, &probe.status, event);
+  learner->probing = &probe.context;
+}
+
+void LearnerPool::OnProbe(Learner* learner, const Event& event) {
+  const Event::Probe& probe = *event.probe;
+  if (!probe.status.ok()) {
+    AttemptFailed(
+        learner,
+        absl::StrCat("connected, but GetResource failed: ",
+                     absl::StatusCodeToString(static_cast<absl::StatusCode>(
+                         probe.status.error_code())),
+                     ": ", probe.status.error_message()));
+    return;
+  }
+  learner->state = aggregator::v1::LEARNER_STATE_READY;
+  learner->epoch = next_token_++;
+  learner->resource = probe.reply;
+  learner->stub = probe.stub;
+  learner->generic = std::make_shared<grpc::GenericStub>(learner->channel);
+  learner->backoff.Reset();
+  learner->last_error.clear();
+  spdlog::info("learner {}: ready after {} attempt(s) ({} gpu(s))",
+               learner->Name(), learner->attempts, probe.reply.gpus());
+  learner->attempts = 0;
+  Watch(learner, GRPC_CHANNEL_READY, Clock::now() + kReadyWatchPeriod);
+}
+
+void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {
+  learner->last_error = absl::StrCat(why, " (attempt ", learner->attempts, ")");
+  learner->channel.reset();
+  const auto delay = learner->backoff.Next();
+  spdlog::debug("learner {}: {}; next attempt in {}ms", learner->Name(),
+                learner->last_error, delay.count());
+  Schedule(learner, Clock::now() + delay);
+}
+
+void LearnerPool::MarkTimedOut(Clock::time_point now) {
+  for (const auto& learner : learners_) {
+    if (learner->state == aggregator::v1::LEARNER_STATE_CONNECTING &&
+        now >= learner->connecting_since + connect_.timeout) {
+      learner->state = aggregator::v1::LEARNER_STATE_FAILED;
+      spdlog::error(
+          "learner {}: not ready within connect.timeout ({}ms): {}; still "
+          "retrying in the background",
+          learner->Name(), connect_.timeout.count(),
+          learner->last_error.empty() ? "no answer" : learner->last_error);
+    }
+  }
+}
+
+void LearnerPool::Watch(Learner* learner, grpc_connectivity_state state,
+                        Clock::time_point deadline) {
+  learner->channel->NotifyOnStateChange(
+      state, ToSystem(deadline), &queue_,
+      new Event{Event::kStateChange, learner->endpoint.id, learner->token});
+}
+
+void LearnerPool::Schedule(Learner* learner, Clock::time_point when) {
+  learner->token = next_token_++;
+  learner->alarm = std::make_unique<grpc::Alarm>();
+  learner->alarm->Set(
+      &queue_, ToSystem(when),
+      new Event{Event::kAttempt, learner->endpoint.id, learner->token});
+}
+
+LearnerPool::Learner* LearnerPool::Find(const std::string& id) const {
+  for (const auto& learner : learners_) {
+    if (learner->endpoint.id == id) return learner.get();
+  }
+  return nullptr;
+}
+
+size_t LearnerPool::ReadyCountLocked() const {
+  return std::count_if(learners_.begin(), learners_.end(),
+                       [](const std::unique_ptr<Learner>& l) {
+                         return l->state == aggregator::v1::LEARNER_STATE_READY;
+                       });
+}
+
+std::vector<LearnerHandle> LearnerPool::Ready() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<LearnerHandle> ready;
+  for (const auto& learner : learners_) {
+    if (learner->state != aggregator::v1::LEARNER_STATE_READY) continue;
+    ready.push_back(learner->Handle());
+  }
+  return ready;
+}
+
+size_t LearnerPool::ReadyCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ReadyCountLocked();
+}
+
+size_t LearnerPool::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return learners_.size();
+}
+
+absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
+                                                   uint64_t epoch) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Learner* learner = Find(id);
+  if (learner == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(id, " is no longer a configured learner"));
+  }
+  if (learner->state != aggregator::v1::LEARNER_STATE_READY) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        learner->Name(), " is ", LearnerStateName(learner->state),
+        learner->last_error.empty() ? "" : ": ", learner->last_error));
+  }
+  if (learner->epoch != epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(learner->Name(), " reconnected since GetData"));
+  }
+  return learner->Handle();
+}
+
+bool LearnerPool::WaitForReady(size_t count, Clock::time_point deadline) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  return ready_changed_.wait_until(lock, deadline,
+                                   [&] { return ReadyCountLocked() >= count; });
+}
+
+void LearnerPool::RecordCall(const LearnerHandle& learner,
+                             const grpc::Status& status) {
+  learner.counters->calls.fetch_add(1, std::memory_order_relaxed);
+  if (status.ok()) return;
+  learner.counters->failures.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Learner* current = Find(learner.id)) {
+    current->last_error = status.error_message();
+  }
+}
+
+std::vector<aggregator::v1::LearnerStatus> LearnerPool::Status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<aggregator::v1::LearnerStatus> out;
+  for (const auto& learner : learners_) {
+    aggregator::v1::LearnerStatus status;
+    status.set_id(learner->endpoint.id);
+    status.set_address(learner->endpoint.address);
+    status.set_state(learner->state);
+    status.set_last_error(learner->last_error);
+    status.set_calls(learner->counters->calls.load());
+    status.set_failures(learner->counters->failures.load());
+    out.push_back(std::move(status));
+  }
+  return out;
+}
+
+std::string LearnerPool::DescribeNotReady() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> parts;
+  for (const auto& learner : learners_) {
+    if (learner->state == aggregator::v1::LEARNER_STATE_READY) continue;
+    parts.push_back(absl::StrCat(
+        learner->Name(), " ", LearnerStateName(learner->state),
+        learner->last_error.empty() ? "" : ": ", learner->last_error));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+}  // namespace aggregator

@@ -1,0 +1,160 @@
+// LearnerPool: the connections to the learners and their states.
+//
+// Each learner is connecting -> ready -> (disconnected) connecting ..., or
+// failed when it was not ready within connect.timeout (failed learners keep
+// being retried in the background). Ready means connected and answering: as a
+// learner connects the pool asks its resources (GetResource) and keeps them.
+// All learners connect concurrently, driven by one connector thread over a gRPC
+// completion queue: no thread per learner, no busy loop. Each attempt uses a
+// fresh channel (with its own subchannel pool), so the retry schedule is
+// exactly the configured jittered backoff, not gRPC's hidden one.
+//
+// Calls take a LearnerHandle snapshot; a handle keeps its channel alive, so
+// removing a learner (SetLearners) never breaks a call in flight.
+//
+// Thread-safety: all public methods may be called from any thread. Internal
+// state is guarded by mu_.
+#ifndef LIB_LEARNERS_LEARNER_POOL_H_
+#define LIB_LEARNERS_LEARNER_POOL_H_
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "lib/base/backoff.h"
+#include "lib/config/config.h"
+#include "proto/admin.pb.h"
+#include "proto/learner.grpc.pb.h"
+
+namespace aggregator {
+
+// Per-learner call statistics, shared by the pool and the handles.
+struct LearnerCounters {
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> failures{0};
+};
+
+// A ready learner as a call sees it. Valid (and its channel open) while held.
+struct LearnerHandle {
+  std::string id;
+  std::string address;
+  // Bumped each time the learner becomes ready: a plan made at one epoch is not
+  // valid at another.
+  uint64_t epoch = 0;
+  std::shared_ptr<aggregator::v1::Learner::Stub> stub;
+  // The same channel for calls relayed as raw bytes (Learn).
+  std::shared_ptr<grpc::GenericStub> generic;
+  std::shared_ptr<LearnerCounters> counters;
+  // Its answer to GetResource when it connected (a learner's resources do not
+  // change while it runs), so GetResource needs no round trip.
+  aggregator::v1::Resource resource;
+  // "learner0 (127.0.0.1:22300)", for messages.
+  std::string Name() const { return id + " (" + address + ")"; }
+};
+
+struct LearnerPoolOptions {
+  ConnectOptions connect;
+  int64_t max_message_bytes = int64_t{1} << 30;
+  UniformRandom random;  // default: MakeUniformRandom()
+  // Called (outside the pool's lock, on the connector thread) whenever the
+  // number of ready learners changes.
+  std::function<void(size_t ready, size_t total)> on_ready_change;
+};
+
+// "connecting", "ready", "failed", "removed".
+const char* LearnerStateName(aggregator::v1::LearnerState state);
+
+// Channel arguments used for every learner channel (message sizes, no idle
+// timeout).
+grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes);
+
+class LearnerPool {
+ public:
+  explicit LearnerPool(LearnerPoolOptions options);
+  ~LearnerPool();
+  LearnerPool(const LearnerPool&) = delete;
+  LearnerPool& operator=(const LearnerPool&) = delete;
+
+  // Makes `learners` the learner set, in this order: new ids start connecting,
+  // ids no longer listed are dropped (calls holding their handles finish
+  // normally), an id whose address changed reconnects.
+  void SetLearners(const std::vector<LearnerEndpoint>& learners);
+
+  // Applies to connection attempts from now on (a reload).
+  void SetConnectOptions(const ConnectOptions& connect);
+
+  // The ready learners, in configured order.
+  std::vector<LearnerHandle> Ready() const;
+  size_t ReadyCount() const;
+  size_t size() const;
+
+  // The learner `id` if it is still ready at `epoch`; otherwise
+  // FAILED_PRECONDITION saying what happened to it.
+  absl::StatusOr<LearnerHandle> Current(const std::string& id,
+                                        uint64_t epoch) const;
+
+  // Waits until at least `count` learners are ready or the deadline passes.
+  bool WaitForReady(size_t count,
+                    std::chrono::steady_clock::time_point deadline) const;
+
+  // Records a call's outcome against a learner (counters and last error).
+  void RecordCall(const LearnerHandle& learner, const grpc::Status& status);
+
+  // One entry per learner, in configured order.
+  std::vector<aggregator::v1::LearnerStatus> Status() const;
+  // "learner1 (127.0.0.1:22301) connecting: connection refused; ..." for every
+  // learner that is not ready, for error messages.
+  std::string DescribeNotReady() const;
+
+ private:
+  struct Learner;
+  struct Event;
+
+  void Run();
+  void Handle(Event* event, bool ok);
+  void StartAttempt(Learner* learner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnStateChange(Learner* learner, bool ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartProbe(Learner* learner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnProbe(Learner* learner, const Event& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AttemptFailed(Learner* learner, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkTimedOut(std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Watch(Learner* learner, grpc_connectivity_state state,
+             std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Schedule(Learner* learner, std::chrono::steady_clock::time_point when)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Learner* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t ReadyCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const LearnerPoolOptions options_;  // options_.connect: see connect_
+  grpc::CompletionQueue queue_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable ready_changed_;
+  ConnectOptions connect_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Learner>> learners_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
+  size_t last_reported_ready_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread connector_;
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_LEARNERS_LEARNER_POOL_H_

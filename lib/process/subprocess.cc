@@ -1,0 +1,627 @@
+#include "lib/process/subprocess.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+// glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
+extern "C" {
+#include <sys/pidfd.h>
+}
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <set>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+extern char** environ;
+
+namespace aggregator {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long the destructor and Stop wait for a SIGKILLed child to be reaped.
+constexpr std::chrono::seconds kKillWait(5);
+
+// What the child reports through the exec-error pipe before it _exits.
+enum class ChildStage : int { kSetpgid, kPdeathsig, kFds, kChdir, kExec };
+
+struct ChildError {
+  ChildStage stage;
+  int error;
+};
+
+// Closes its fd on scope exit unless released.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  int Release() { return std::exchange(fd_, -1); }
+  void Reset(int fd = -1) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Milliseconds until `deadline` for poll(), rounded up so a wake-up is never
+// early.
+int PollTimeoutMs(Clock::time_point deadline) {
+  const Clock::time_point now = Clock::now();
+  if (deadline <= now) return 0;
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+  return static_cast<int>(
+      std::min<std::chrono::milliseconds::rep>(ms.count(), INT_MAX));
+}
+
+ExitStatus FromWaitStatus(int wstatus) {
+  ExitStatus status;
+  if (WIFSIGNALED(wstatus)) {
+    status.signal = WTERMSIG(wstatus);
+  } else {
+    status.exit_code = WEXITSTATUS(wstatus);
+  }
+  return status;
+}
+
+// Everything the child needs, built before fork: after fork only
+// async-signal-safe calls may run, so no allocation happens there.
+struct ChildPlan {
+  // execvp semantics: every PATH candidate in order, each tried with execve.
+  std::vector<std::string> candidates;
+  std::vector<char*> argv;
+  // For a candidate that execve rejects with ENOEXEC, run it with /bin/sh as
+  // execvp does; slot 1 is filled in by the child.
+  std::vector<char*> sh_argv;
+  std::vector<std::string> env_storage;
+  std::vector<char*> envp;
+  // {source fd, target fd}; sources are first moved above `fd_floor` so that no
+  // dup2 clobbers a source still to be used.
+  std::vector<std::pair<int, int>> fds;
+  std::vector<int> scratch;  // the moved sources, written by the child
+  int fd_floor = 3;
+  const char* cwd = nullptr;
+  bool new_process_group = true;
+  bool die_with_parent = true;
+  pid_t parent_pid = -1;
+  int error_fd = -1;
+};
+
+// Marks every fd above 2 close-on-exec. close_range needs Linux 5.11 and may be
+// filtered by seccomp; /proc/self/fd read with raw getdents64 is the fallback.
+bool MarkAllCloexec() {
+  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return true;
+  const int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return false;
+  alignas(8) char buffer[4096];
+  for (;;) {
+    const long n = syscall(SYS_getdents64, dir, buffer, sizeof(buffer));
+    if (n < 0) {
+      const int error = errno;
+      close(dir);
+      errno = error;
+      return false;
+    }
+    if (n == 0) break;
+    for (long offset = 0; offset < n;) {
+      const auto* entry =
+          reinterpret_cast<const struct dirent64*>(buffer + offset);
+      offset += entry->d_reclen;
+      int fd = 0;
+      const char* p = entry->d_name;
+      if (*p < '0' || *p > '9') continue;
+      for (; *p >= '0' && *p <= '9'; ++p) fd = fd * 10 + (*p - '0');
+      if (fd > 2) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+  }
+  close(dir);
+  return true;
+}
+
+[[noreturn]] void ChildFail(const ChildPlan& plan, ChildStage stage,
+                            int error) {
+  const ChildError report{stage, error};
+  ssize_t n;
+  do {
+    n = write(plan.error_fd, &report, sizeof(report));
+  } while (n < 0 && errno == EINTR);
+  _exit(127);
+}
+
+// Runs in the forked child: async-signal-safe calls only.
+[[noreturn]] void RunChild(ChildPlan& plan) {
+  // Before anything else, so a killpg from the parent already reaches the
+  // child.
+  if (plan.new_process_group && setpgid(0, 0) != 0) {
+    ChildFail(plan, ChildStage::kSetpgid, errno);
+  }
+  if (plan.die_with_parent) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+      ChildFail(plan, ChildStage::kPdeathsig, errno);
+    }
+    // The parent may have died before prctl: then nobody would send the signal.
+    if (getppid() != plan.parent_pid) _exit(127);
+  }
+
+  // Dispositions first, then the mask (blocked by the parent around fork), so
+  // no inherited handler can run in the child. SIG_IGN survives exec, and the
+  // daemon's blocked signals must not stay blocked in its children.
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  for (int signo = 1; signo < NSIG; ++signo) sigaction(signo, &dfl, nullptr);
+  sigset_t empty;
+  sigemptyset(&empty);
+  sigprocmask(SIG_SETMASK, &empty, nullptr);
+
+  for (size_t i = 0; i < plan.fds.size(); ++i) {
+    plan.scratch[i] = fcntl(plan.fds[i].first, F_DUPFD_CLOEXEC, plan.fd_floor);
+    if (plan.scratch[i] < 0) ChildFail(plan, ChildStage::kFds, errno);
+  }
+  for (size_t i = 0; i < plan.fds.size(); ++i) {
+    if (dup2(plan.scratch[i], plan.fds[i].second) < 0) {
+      ChildFail(plan, ChildStage::kFds, errno);
+    }
+  }
+  // Every fd not mapped is closed by exec; the error pipe stays usable until
+  // then.
+  if (!MarkAllCloexec()) ChildFail(plan, ChildStage::kFds, errno);
+  for (const auto& [source, target] : plan.fds) {
+    if (target > 2 && fcntl(target, F_SETFD, 0) != 0) {
+      ChildFail(plan, ChildStage::kFds, errno);
+    }
+  }
+
+  if (plan.cwd != nullptr && chdir(plan.cwd) != 0) {
+    ChildFail(plan, ChildStage::kChdir, errno);
+  }
+
+  // The error rules of glibc's execvp: keep searching past missing entries,
+  // report EACCES if any candidate had it, stop at any other error.
+  bool saw_eacces = false;
+  int error = ENOENT;
+  for (const std::string& candidate : plan.candidates) {
+    char* path = const_cast<char*>(candidate.c_str());
+    execve(path, plan.argv.data(), plan.envp.data());
+    error = errno;
+    if (error == ENOEXEC) {
+      plan.sh_argv[1] = path;
+      execve(plan.sh_argv[0], plan.sh_argv.data(), plan.envp.data());
+      error = errno;
+    }
+    if (error == EACCES) {
+      saw_eacces = true;
+    } else if (error != ENOENT && error != ENOTDIR && error != ESTALE &&
+               error != ENODEV && error != ETIMEDOUT) {
+      break;
+    }
+  }
+  if (saw_eacces) error = EACCES;
+  ChildFail(plan, ChildStage::kExec, error);
+}
+
+absl::Status ChildErrorToStatus(const ChildError& report,
+                                const SubprocessOptions& options) {
+  const std::string& name = options.argv[0];
+  switch (report.stage) {
+    case ChildStage::kSetpgid:
+      return absl::ErrnoToStatus(
+          report.error, absl::StrCat("setpgid in the child for '", name, "'"));
+    case ChildStage::kPdeathsig:
+      return absl::ErrnoToStatus(
+          report.error,
+          absl::StrCat("prctl(PR_SET_PDEATHSIG) in the child for '", name,
+                       "'"));
+    case ChildStage::kFds:
+      return absl::ErrnoToStatus(
+          report.error,
+          absl::StrCat("setting up the fds of the child for '", name, "'"));
+    case ChildStage::kChdir:
+      return absl::ErrnoToStatus(
+          report.error, absl::StrCat("cannot change directory to '",
+                                     options.cwd, "' for '", name, "'"));
+    case ChildStage::kExec:
+      break;
+  }
+  return absl::ErrnoToStatus(report.error,
+                             absl::StrCat("cannot execute '", name, "'"));
+}
+
+absl::Status BuildPlan(const SubprocessOptions& options, ChildPlan& plan) {
+  if (options.argv.empty()) {
+    return absl::InvalidArgumentError("subprocess: argv is empty");
+  }
+  const std::string& name = options.argv[0];
+
+  // Environment: the parent's, with overrides replacing entries of the same
+  // name.
+  std::vector<std::pair<std::string, std::string>> overrides;
+  for (const auto& [key, value] : options.env) {
+    if (key.empty() || key.find('=') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("subprocess '", name,
+                       "': invalid environment variable name '", key, "'"));
+    }
+    auto it =
+        std::find_if(overrides.begin(), overrides.end(),
+                     [&key = key](const auto& kv) { return kv.first == key; });
+    if (it != overrides.end()) {
+      it->second = value;
+    } else {
+      overrides.emplace_back(key, value);
+    }
+  }
+  const char* path_env = nullptr;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* eq = strchr(*entry, '=');
+    const std::string key(*entry, eq == nullptr ? strlen(*entry) : eq - *entry);
+    const bool overridden =
+        std::any_of(overrides.begin(), overrides.end(),
+                    [&key](const auto& kv) { return kv.first == key; });
+    if (overridden) continue;
+    plan.env_storage.emplace_back(*entry);
+    if (key == "PATH" && eq != nullptr) path_env = eq + 1;
+  }
+  std::string path_override;
+  bool has_path_override = false;
+  for (const auto& [key, value] : overrides) {
+    plan.env_storage.push_back(absl::StrCat(key, "=", value));
+    if (key == "PATH") {
+      path_override = value;
+      has_path_override = true;
+    }
+  }
+  for (std::string& entry : plan.env_storage) plan.envp.push_back(entry.data());
+  plan.envp.push_back(nullptr);
+
+  // The child's PATH decides the lookup, like `env PATH=... prog`; glibc's
+  // default applies when there is none.
+  if (name.find('/') != std::string::npos) {
+    plan.candidates.push_back(name);
+  } else if (!name.empty()) {
+    const std::string search = has_path_override     ? path_override
+                               : path_env != nullptr ? path_env
+                                                     : "/bin:/usr/bin";
+    for (absl::string_view dir : absl::StrSplit(search, ':')) {
+      plan.candidates.push_back(dir.empty() ? name
+                                            : absl::StrCat(dir, "/", name));
+    }
+  }
+
+  for (const std::string& arg : options.argv) {
+    plan.argv.push_back(const_cast<char*>(arg.c_str()));
+  }
+  plan.argv.push_back(nullptr);
+  plan.sh_argv.push_back(const_cast<char*>("/bin/sh"));
+  plan.sh_argv.push_back(nullptr);  // the script path, set by the child
+  plan.sh_argv.insert(plan.sh_argv.end(), plan.argv.begin() + 1,
+                      plan.argv.end());
+
+  std::set<int> targets;
+  if (options.capture_output) targets = {1, 2};
+  int highest = 2;
+  for (const auto& [source, target] : options.fds) {
+    if (target < 0 || !targets.insert(target).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "subprocess '", name, "': child fd ", target,
+          " is invalid or mapped twice (fds 1 and 2 are taken when capturing "
+          "output)"));
+    }
+    if (fcntl(source, F_GETFD) < 0) {
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("subprocess '", name, "': fd ", source,
+                              " to pass as child fd ", target));
+    }
+    highest = std::max({highest, source, target});
+  }
+  plan.fd_floor = highest + 1;
+
+  if (!options.cwd.empty()) plan.cwd = options.cwd.c_str();
+  plan.new_process_group = options.new_process_group;
+  plan.die_with_parent = options.die_with_parent;
+  plan.parent_pid = getpid();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string ExitStatus::ToString() const {
+  if (signal == 0) return absl::StrCat("exit code ", exit_code);
+  const char* abbrev = sigabbrev_np(signal);
+  if (abbrev == nullptr) return absl::StrCat("killed by signal ", signal);
+  return absl::StrCat("killed by SIG", abbrev);
+}
+
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
+    const SubprocessOptions& options) {
+  ChildPlan plan;
+  if (absl::Status status = BuildPlan(options, plan); !status.ok()) {
+    return status;
+  }
+  const std::string& name = options.argv[0];
+
+  UniqueFd out_read, out_write, err_read, err_write;
+  if (options.capture_output) {
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0) {
+      return absl::ErrnoToStatus(errno,
+                                 absl::StrCat("stdout pipe for '", name, "'"));
+    }
+    out_read.Reset(out[0]);
+    out_write.Reset(out[1]);
+    if (pipe2(err, O_CLOEXEC) != 0) {
+      return absl::ErrnoToStatus(errno,
+                                 absl::StrCat("stderr pipe for '", name, "'"));
+    }
+    err_read.Reset(err[0]);
+    err_write.Reset(err[1]);
+    // Only the parent's ends: the child writes to blocking pipes.
+    for (int fd : {out_read.get(), err_read.get()}) {
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
+    plan.fds.emplace_back(out_write.get(), 1);
+    plan.fds.emplace_back(err_write.get(), 2);
+    plan.fd_floor =
+        std::max({plan.fd_floor, out_write.get() + 1, err_write.get() + 1});
+  }
+  plan.fds.insert(plan.fds.end(), options.fds.begin(), options.fds.end());
+  plan.scratch.resize(plan.fds.size());
+
+  // EOF on this CLOEXEC pipe means exec succeeded; otherwise the child writes a
+  // ChildError. Its write end sits above every fd the child dup2s onto.
+  int error_pipe[2];
+  if (pipe2(error_pipe, O_CLOEXEC) != 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("exec-error pipe for '", name, "'"));
+  }
+  UniqueFd error_read(error_pipe[0]);
+  UniqueFd error_write(fcntl(error_pipe[1], F_DUPFD_CLOEXEC, plan.fd_floor));
+  const int dup_errno = errno;
+  close(error_pipe[1]);
+  if (error_write.get() < 0) {
+    return absl::ErrnoToStatus(
+        dup_errno, absl::StrCat("exec-error pipe for '", name, "'"));
+  }
+  plan.error_fd = error_write.get();
+  plan.fd_floor = error_write.get() + 1;
+
+  // Signals stay blocked across fork so no handler of the daemon runs in the
+  // child before it resets the dispositions.
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &saved);
+  const pid_t pid = fork();
+  if (pid == 0) RunChild(plan);
+  const int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  if (pid < 0) {
+    return absl::ErrnoToStatus(fork_errno,
+                               absl::StrCat("fork for '", name, "'"));
+  }
+  // Also from the parent, so a signal to the group right after Start cannot
+  // miss the child; EACCES once the child has exec'd is expected and harmless.
+  if (options.new_process_group) setpgid(pid, pid);
+  error_write.Reset();
+  out_write.Reset();
+  err_write.Reset();
+
+  ChildError report;
+  size_t got = 0;
+  while (got < sizeof(report)) {
+    const ssize_t n =
+        read(error_read.get(), reinterpret_cast<char*>(&report) + got,
+             sizeof(report) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += n;
+  }
+  if (got > 0) {
+    // The child _exits right after reporting, so this wait is short.
+    int wstatus;
+    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    if (got < sizeof(report)) {
+      return absl::InternalError(
+          absl::StrCat("subprocess '", name, "': truncated exec-error report"));
+    }
+    return ChildErrorToStatus(report, options);
+  }
+
+  const int pidfd = pidfd_open(pid, 0);
+  if (pidfd < 0) {
+    const int error = errno;
+    if (options.new_process_group) killpg(pid, SIGKILL);
+    kill(pid, SIGKILL);
+    int wstatus;
+    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    return absl::ErrnoToStatus(
+        error, absl::StrCat("pidfd_open for '", name, "' (pid ", pid, ")"));
+  }
+
+  std::unique_ptr<Subprocess> process(new Subprocess());
+  process->name_ = name;
+  process->pid_ = pid;
+  process->pidfd_ = pidfd;
+  process->own_group_ = options.new_process_group;
+  process->group_alive_ = options.new_process_group;
+  process->stdout_fd_ = out_read.Release();
+  process->stderr_fd_ = err_read.Release();
+  return process;
+}
+
+Subprocess::~Subprocess() {
+  if (!exit_status_.has_value()) {
+    SignalGroupOrChild(SIGKILL);
+    (void)Wait(Clock::now() + kKillWait);
+  }
+  // Descendants may still hold the group after the leader is gone.
+  if (group_alive_) killpg(pid_, SIGKILL);
+  for (int fd : {pidfd_, stdout_fd_, stderr_fd_}) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void Subprocess::Reaped(const ExitStatus& status) {
+  exit_status_ = status;
+  // Once the group is empty it never gains members again, while its number
+  // could be reused: never signal it after that.
+  if (group_alive_ && killpg(pid_, 0) != 0 && errno == ESRCH) {
+    group_alive_ = false;
+  }
+}
+
+std::optional<ExitStatus> Subprocess::Poll() {
+  if (exit_status_.has_value()) return exit_status_;
+  int wstatus;
+  pid_t result;
+  do {
+    result = waitpid(pid_, &wstatus, WNOHANG);
+  } while (result < 0 && errno == EINTR);
+  if (result == pid_) {
+    Reaped(FromWaitStatus(wstatus));
+  } else if (result < 0 && errno == ECHILD) {
+    // Reaped behind our back (SIGCHLD set to SIG_IGN, or a waitpid(-1)
+    // elsewhere): gone, with the status lost.
+    Reaped(ExitStatus{});
+  }
+  return exit_status_;
+}
+
+absl::StatusOr<ExitStatus> Subprocess::Wait(Clock::time_point deadline) {
+  for (;;) {
+    if (std::optional<ExitStatus> status = Poll()) return *status;
+    const int timeout = PollTimeoutMs(deadline);
+    if (timeout == 0) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "subprocess '", name_, "' (pid ", pid_, ") is still running"));
+    }
+    struct pollfd pfd = {pidfd_, POLLIN, 0};
+    if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
+      return absl::ErrnoToStatus(
+          errno,
+          absl::StrCat("poll on the pidfd of '", name_, "' (pid ", pid_, ")"));
+    }
+  }
+}
+
+void Subprocess::SignalGroupOrChild(int signo) {
+  if (group_alive_) killpg(pid_, signo);
+  // Also the child itself, in case it moved to another group or session.
+  if (!exit_status_.has_value()) kill(pid_, signo);
+}
+
+absl::Status Subprocess::Signal(int signo, bool group) {
+  int result = 0;
+  if (group) {
+    if (!own_group_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("subprocess '", name_, "' (pid ", pid_,
+                       ") has no process group of its own"));
+    }
+    if (!group_alive_) return absl::OkStatus();
+    result = killpg(pid_, signo);
+  } else {
+    // After reaping, the pid may belong to someone else.
+    if (exit_status_.has_value()) return absl::OkStatus();
+    result = kill(pid_, signo);
+  }
+  if (result != 0 && errno != ESRCH) {
+    return absl::ErrnoToStatus(
+        errno,
+        absl::StrCat("signal ", signo, " to ", group ? "the group of " : "",
+                     "'", name_, "' (pid ", pid_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+ExitStatus Subprocess::Stop(std::chrono::milliseconds grace) {
+  if (!exit_status_.has_value()) {
+    SignalGroupOrChild(SIGTERM);
+    if (!Wait(Clock::now() + grace).ok()) {
+      SignalGroupOrChild(SIGKILL);
+      (void)Wait(Clock::now() + kKillWait);
+    }
+  }
+  // Descendants may outlive the leader in its group: they go too. Once the
+  // leader is reaped that group is finished, so its number is never signalled
+  // again.
+  if (group_alive_) {
+    killpg(pid_, SIGKILL);
+    if (exit_status_.has_value()) group_alive_ = false;
+  }
+  // Still unreaped only if SIGKILL did not take effect within kKillWait (a task
+  // stuck in the kernel); the destructor tries once more.
+  return exit_status_.value_or(ExitStatus{});
+}
+
+absl::StatusOr<std::string> Subprocess::ReadLine(Clock::time_point deadline,
+                                                 bool from_stderr) {
+  const int fd = from_stderr ? stderr_fd_ : stdout_fd_;
+  std::string& buffer = from_stderr ? stderr_buffer_ : stdout_buffer_;
+  bool& eof = from_stderr ? stderr_eof_ : stdout_eof_;
+  const char* stream = from_stderr ? "stderr" : "stdout";
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", stream, " of subprocess '", name_, "' is not captured"));
+  }
+  for (;;) {
+    const size_t newline = buffer.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = buffer.substr(0, newline);
+      buffer.erase(0, newline + 1);
+      return line;
+    }
+    if (eof) {
+      if (!buffer.empty()) return std::exchange(buffer, std::string());
+      return absl::OutOfRangeError(
+          absl::StrCat("end of the ", stream, " of subprocess '", name_, "'"));
+    }
+    char chunk[4096];
+    const ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n > 0) {
+      buffer.append(chunk, n);
+      continue;
+    }
+    if (n == 0) {
+      eof = true;
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN) {
+      return absl::ErrnoToStatus(
+          errno, absl::StrCat("read from the ", stream, " of subprocess '",
+                              name_, "'"));
+    }
+    const int timeout = PollTimeoutMs(deadline);
+    if (timeout == 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no complete line on the ", stream, " of subprocess '",
+                       name_, "' (pid ", pid_, ") before the deadline"));
+    }
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, timeout) < 0 && errno != EINTR) {
+      return absl::ErrnoToStatus(
+          errno,
+          absl::StrCat("poll on the ", stream, " of subprocess '", name_, "'"));
+    }
+  }
+}
+
+}  // namespace aggregator

@@ -1,0 +1,265 @@
+#include "lib/server/aggregator_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "lib/config/config_diff.h"
+
+namespace aggregator {
+namespace {
+
+constexpr char kLearnerServiceName[] = "aggregator.v1.Learner";
+
+LearnerServiceOptions ServiceOptions(const AggregatorConfig& config) {
+  LearnerServiceOptions options;
+  options.min_learners = config.min_learners;
+  options.call_timeout = config.call_timeout;
+  options.homogeneous_keys = config.homogeneous_keys;
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
+    const AggregatorConfig& config, ServerHooks hooks) {
+  std::unique_ptr<AggregatorServer> self(new AggregatorServer());
+  AggregatorServer* raw = self.get();
+  self->hooks_ = std::move(hooks);
+  self->config_ = config;
+  self->min_learners_ = config.min_learners;
+
+  LearnerPoolOptions pool_options;
+  pool_options.connect = config.connect;
+  pool_options.max_message_bytes = config.max_message_bytes;
+  pool_options.on_ready_change = [raw](size_t ready, size_t total) {
+    raw->OnReadyChange(ready, total);
+  };
+  self->pool_ = std::make_unique<LearnerPool>(std::move(pool_options));
+  self->learner_service_ = std::make_unique<LearnerService>(
+      self->pool_.get(), ServiceOptions(config), &self->metrics_);
+  self->admin_service_ = std::make_unique<AdminService>(
+      [raw](aggregator::v1::AggregatorStatus* status) {
+        raw->FillStatus(status);
+      },
+      self->hooks_.reload);
+  self->metrics_.registry().AddCollector([raw] { raw->CollectMetrics(); });
+
+  // Before the server starts, so status calls always find it; its workers
+  // start only once the address is bound.
+  WorkerManagerOptions worker_options;
+  worker_options.on_change = [raw] { raw->UpdateLearners(); };
+  self->workers_ = std::make_unique<WorkerManager>(std::move(worker_options));
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const int limit =
+      static_cast<int>(std::min<int64_t>(config.max_message_bytes, INT_MAX));
+  builder.SetMaxReceiveMessageSize(limit);
+  builder.SetMaxSendMessageSize(limit);
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
+                           &self->port_);
+  builder.RegisterService(self->learner_service_.get());
+  builder.RegisterService(self->admin_service_.get());
+  self->server_ = builder.BuildAndStart();
+  if (self->server_ == nullptr || self->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on '", config.listen, "' (from ", config.source,
+        "): the address is invalid or already in use"));
+  }
+  self->OnReadyChange(0, config.learners.size());
+
+  if (absl::Status status = self->workers_->Apply(config.workers);
+      !status.ok()) {
+    return absl::Status(status.code(),
+                        absl::StrCat("cannot start the workers of ",
+                                     config.source, ": ", status.message()));
+  }
+  const size_t worker_learners = self->workers_->LearnerEndpoints().size();
+  spdlog::info(
+      "aggregatord listening on {} with {} learner(s) ({} listed, {} learner "
+      "worker replica(s)), {} worker(s), min_learners {}",
+      self->address(), config.learners.size() + worker_learners,
+      config.learners.size(), worker_learners, config.workers.size(),
+      config.min_learners);
+  self->UpdateLearners();
+  return self;
+}
+
+AggregatorServer::~AggregatorServer() {
+  Shutdown(std::chrono::system_clock::now());
+}
+
+AggregatorConfig AggregatorServer::config() const {
+  std::lock_guard<std::mutex> lock(config_mu_);
+  return config_;
+}
+
+std::chrono::milliseconds AggregatorServer::config_drain_timeout() const {
+  std::lock_guard<std::mutex> lock(config_mu_);
+  return config_.drain_timeout;
+}
+
+void AggregatorServer::UpdateLearners() {
+  std::lock_guard<std::mutex> lock(learners_mu_);
+  // After Shutdown began the pool only drains; the manager is stopping.
+  if (shutting_down_) return;
+  std::vector<LearnerEndpoint> learners = config().learners;
+  for (LearnerEndpoint& endpoint : workers_->LearnerEndpoints()) {
+    learners.push_back(std::move(endpoint));
+  }
+  if (learner_set_.has_value() && *learner_set_ == learners) return;
+  learner_set_ = learners;
+  pool_->SetLearners(learners);
+}
+
+std::string AggregatorServer::address() const {
+  const std::string listen = config().listen;
+  if (listen.rfind("unix:", 0) == 0) return listen;
+  const size_t colon = listen.rfind(':');
+  std::string host =
+      colon == std::string::npos ? listen : listen.substr(0, colon);
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "[::]") host = "[::1]";
+  return absl::StrCat(host, ":", port_);
+}
+
+bool AggregatorServer::WaitUntilReady(
+    std::chrono::steady_clock::time_point deadline) const {
+  return pool_->WaitForReady(
+      static_cast<size_t>(std::max(0, min_learners_.load())), deadline);
+}
+
+std::string AggregatorServer::Summary() const {
+  size_t running = 0;
+  const auto workers = workers_->Status();
+  for (const auto& worker : workers) {
+    if (worker.state() == aggregator::v1::WORKER_STATE_RUNNING) ++running;
+  }
+  std::string summary = absl::StrCat(pool_->ReadyCount(), " of ", pool_->size(),
+                                     " learners ready");
+  if (!workers.empty()) {
+    absl::StrAppend(&summary, "; ", running, " of ", workers.size(),
+                    " workers running");
+  }
+  return summary;
+}
+
+void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
+  bool now_ready = false;
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    if (shutting_down_ || draining_ || server_ == nullptr) return;
+    const int min_learners = min_learners_.load();
+    now_ready = ready >= static_cast<size_t>(std::max(0, min_learners));
+    if (now_ready != ready_.exchange(now_ready)) {
+      spdlog::info("{}: {} of {} learner(s) ready (min_learners {})",
+                   now_ready ? "serving" : "not serving", ready, total,
+                   min_learners);
+    }
+    auto* health = server_->GetHealthCheckService();
+    health->SetServingStatus(now_ready);
+    health->SetServingStatus(kLearnerServiceName, now_ready);
+  }
+  if (hooks_.on_ready_change) hooks_.on_ready_change(now_ready, ready, total);
+}
+
+void AggregatorServer::FillStatus(aggregator::v1::AggregatorStatus* status) {
+  for (auto& learner : pool_->Status()) {
+    *status->add_learners() = std::move(learner);
+  }
+  for (auto& worker : workers_->Status()) {
+    *status->add_workers() = std::move(worker);
+  }
+  status->set_config_path(config().source);
+  status->set_config_generation(generation_.load());
+  status->set_ready(ready_.load());
+}
+
+void AggregatorServer::CollectMetrics() {
+  if (pool_ == nullptr) return;
+  std::map<std::string, int> by_state = {
+      {"ready", 0}, {"connecting", 0}, {"failed", 0}};
+  for (const auto& learner : pool_->Status()) {
+    ++by_state[LearnerStateName(learner.state())];
+  }
+  for (const auto& [state, count] : by_state) {
+    metrics_.SetLearners(state, count);
+  }
+  for (const auto& worker : workers_->Status()) {
+    metrics_.SetWorkerRestarts(worker.name(), worker.index(),
+                               worker.restarts());
+  }
+}
+
+absl::StatusOr<aggregator::v1::ReloadReply> AggregatorServer::Reload(
+    const AggregatorConfig& next) {
+  std::lock_guard<std::mutex> reload_lock(reload_mu_);
+  absl::StatusOr<std::string> summary = DescribeReload(config(), next);
+  if (!summary.ok()) {
+    metrics_.Reloaded(false);
+    return summary.status();
+  }
+  {
+    std::lock_guard<std::mutex> lock(config_mu_);
+    config_ = next;
+  }
+  min_learners_ = next.min_learners;
+  pool_->SetConnectOptions(next.connect);
+  learner_service_->SetOptions(ServiceOptions(next));
+  if (absl::Status applied = workers_->Apply(next.workers); !applied.ok()) {
+    // The file was valid; a worker that cannot start is reported by its
+    // state, as at start-up.
+    spdlog::error("reload: workers: {}", std::string(applied.message()));
+  }
+  UpdateLearners();
+  // min_learners may have changed: recompute readiness now.
+  OnReadyChange(pool_->ReadyCount(), pool_->size());
+  aggregator::v1::ReloadReply reply;
+  reply.set_config_generation(++generation_);
+  reply.set_summary(*summary);
+  metrics_.Reloaded(true);
+  return reply;
+}
+
+bool AggregatorServer::Drain(std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    if (shutting_down_ || server_ == nullptr) return true;
+    draining_ = true;
+    ready_ = false;
+    auto* health = server_->GetHealthCheckService();
+    health->SetServingStatus(false);
+    health->SetServingStatus(kLearnerServiceName, false);
+  }
+  learner_service_->StartDraining();
+  return learner_service_->WaitIdle(deadline);
+}
+
+void AggregatorServer::Shutdown(
+    std::chrono::system_clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(health_mu_);
+    if (shutting_down_.exchange(true) || server_ == nullptr) return;
+    server_->GetHealthCheckService()->SetServingStatus(false);
+  }
+  server_->Shutdown(deadline);
+  server_->Wait();
+  // The pool goes first, so stopping learner workers is not reported as lost
+  // learners (UpdateLearners no longer touches it once shutting_down_ is set).
+  pool_.reset();
+  // Each worker gets its own stop_timeout between SIGTERM and SIGKILL.
+  std::chrono::milliseconds longest_stop(0);
+  for (const WorkerSpec& worker : config().workers) {
+    longest_stop = std::max(longest_stop, worker.stop_timeout);
+  }
+  workers_->Shutdown(std::chrono::steady_clock::now() + longest_stop);
+}
+
+}  // namespace aggregator

@@ -1,0 +1,124 @@
+// AggregatorServer: the aggregator as one running thing. Wires the learner
+// pool, the Learner service, the admin service, grpc.health.v1 and reflection
+// onto one gRPC server listening on `config.listen`, and runs the local worker
+// processes of `config.workers`. The learner pool's set is `config.learners`
+// followed by the learner workers' endpoints.
+//
+// Health: NOT_SERVING (overall and for aggregator.v1.Learner) until
+// min_learners are ready, SERVING while they are, NOT_SERVING again from
+// Drain/Shutdown on.
+//
+// Thread-safety: all methods may be called from any thread.
+#ifndef LIB_SERVER_AGGREGATOR_SERVER_H_
+#define LIB_SERVER_AGGREGATOR_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "lib/service/admin_service.h"
+#include "lib/ops/aggregator_metrics.h"
+#include "lib/config/config.h"
+#include "lib/learners/learner_pool.h"
+#include "lib/service/learner_service.h"
+#include "lib/workers/worker_manager.h"
+
+namespace aggregator {
+
+// What the daemon around the server wants to hear of and to offer.
+struct ServerHooks {
+  // Whenever readiness or the learner counts change (from the pool's thread).
+  std::function<void(bool ready, size_t ready_learners, size_t learners)>
+      on_ready_change;
+  // Serves AggregatorAdmin.Reload: re-reads the configuration and calls
+  // Reload(). Without it the RPC answers UNIMPLEMENTED.
+  std::function<absl::StatusOr<aggregator::v1::ReloadReply>()> reload;
+};
+
+class AggregatorServer {
+ public:
+  // Starts listening, starts the workers and connects to the learners. Fails
+  // (naming the address) when the listen address cannot be bound; no worker
+  // is started then.
+  static absl::StatusOr<std::unique_ptr<AggregatorServer>> Start(
+      const AggregatorConfig& config, ServerHooks hooks = {});
+  ~AggregatorServer();
+
+  // The bound port (useful with listen port 0).
+  int port() const { return port_; }
+  // "127.0.0.1:<port>"-style address a client can dial.
+  std::string address() const;
+  LearnerPool& pool() { return *pool_; }
+  WorkerManager& workers() { return *workers_; }
+  AggregatorMetrics& metrics() { return metrics_; }
+  // min_learners are ready.
+  bool ready() const { return ready_.load(); }
+  bool WaitUntilReady(std::chrono::steady_clock::time_point deadline) const;
+  // drain_timeout of the configuration in force.
+  std::chrono::milliseconds config_drain_timeout() const;
+  // "2 of 2 learners ready; 2 of 2 workers running", for systemd's STATUS=.
+  std::string Summary() const;
+
+  // Applies a new, validated configuration: learners added and removed (calls
+  // in flight through removed ones finish), workers started, stopped or
+  // restarted where their spec changed, service options, connect options and
+  // the log level. A change of a field that needs a restart (listen,
+  // max_message_bytes, metrics.listen) is FAILED_PRECONDITION naming the
+  // field, and nothing is applied. Returns the new generation and a summary.
+  absl::StatusOr<aggregator::v1::ReloadReply> Reload(
+      const AggregatorConfig& next);
+
+  // Health NOT_SERVING, new calls refused (UNAVAILABLE), then waits until the
+  // calls in flight finish or `deadline` passes. True when none is left.
+  bool Drain(std::chrono::steady_clock::time_point deadline);
+  // Health NOT_SERVING, then lets in-flight calls finish until `deadline`
+  // (cancelling what remains), then stops the gRPC server, the learner pool,
+  // and the workers (SIGTERM, then SIGKILL after each one's stop_timeout: not
+  // bounded by `deadline`, which is for calls). Idempotent.
+  void Shutdown(std::chrono::system_clock::time_point deadline);
+
+ private:
+  AggregatorServer() = default;
+  void OnReadyChange(size_t ready, size_t total);
+  void FillStatus(aggregator::v1::AggregatorStatus* status);
+  void CollectMetrics();
+  // Gives the pool config.learners + the learner workers' endpoints, if that
+  // set changed. Called at start, on reload and by the worker manager.
+  void UpdateLearners();
+  AggregatorConfig config() const;
+
+  ServerHooks hooks_;
+  AggregatorMetrics metrics_;
+  mutable std::mutex config_mu_;
+  AggregatorConfig config_ ABSL_GUARDED_BY(config_mu_);
+  std::atomic<int64_t> generation_{1};
+  std::atomic<int> min_learners_{1};
+  std::mutex reload_mu_;  // one reload at a time
+  std::unique_ptr<LearnerPool> pool_;
+  std::unique_ptr<LearnerService> learner_service_;
+  std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<WorkerManager> workers_;
+  int port_ = 0;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> shutting_down_{false};
+  std::mutex health_mu_;  // orders health updates against Drain/Shutdown
+  bool draining_ ABSL_GUARDED_BY(health_mu_) = false;
+  std::mutex learners_mu_;
+  // The set last given to the pool.
+  std::optional<std::vector<LearnerEndpoint>> learner_set_
+      ABSL_GUARDED_BY(learners_mu_);
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_SERVER_AGGREGATOR_SERVER_H_

@@ -1,0 +1,373 @@
+#include "lib/service/learner_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lib/aggregation/raw_batch.h"
+
+namespace aggregator {
+namespace {
+
+namespace pb = aggregator::v1;
+
+constexpr char kLearnMethod[] = "/aggregator.v1.Learner/Learn";
+
+// A batch has at most this many samples (a repeated field's limit).
+constexpr int64_t kMaxBatch = 1 << 30;
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+template <typename T>
+void WarnIfDifferent(const char* method, const char* field,
+                     const LearnerHandle& first, const T& first_value,
+                     const LearnerHandle& other, const T& other_value) {
+  if (first_value == other_value) return;
+  spdlog::warn(
+      "{}: learners disagree on {}: {} sent '{}', {} sent '{}'; kept {}'s",
+      method, field, first.id, first_value, other.id, other_value, first.id);
+}
+
+}  // namespace
+
+LearnerService::LearnerService(LearnerPool* pool, LearnerServiceOptions options,
+                               AggregatorMetrics* metrics)
+    : pool_(pool), metrics_(metrics) {
+  SetOptions(std::move(options));
+}
+
+void LearnerService::SetOptions(LearnerServiceOptions options) {
+  InfoMerger merger(options.homogeneous_keys);
+  auto settings = std::make_shared<const Settings>(
+      Settings{std::move(options), std::move(merger)});
+  std::lock_guard<std::mutex> lock(mu_);
+  settings_ = std::move(settings);
+}
+
+std::shared_ptr<const LearnerService::Settings> LearnerService::settings()
+    const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return settings_;
+}
+
+absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
+    const char* method, const Settings& settings) const {
+  std::vector<LearnerHandle> ready = pool_->Ready();
+  const size_t needed =
+      static_cast<size_t>(std::max(1, settings.options.min_learners));
+  if (ready.size() >= needed) return ready;
+  const std::string not_ready = pool_->DescribeNotReady();
+  return absl::UnavailableError(absl::StrCat(
+      method, ": ", ready.size(), " of ", pool_->size(), " learner(s) ready, ",
+      needed, " needed (min_learners ", settings.options.min_learners, ")",
+      not_ready.empty() ? "" : ": ", not_ready));
+}
+
+template <typename Request, typename Reply>
+grpc::Status LearnerService::Summarize(
+    const char* method, const LearnerCalls<Request, Reply>& calls) {
+  std::vector<std::string> failures;
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  for (const auto& call : calls) {
+    pool_->RecordCall(call.learner, call.status);
+    if (metrics_ != nullptr) {
+      metrics_->LearnerCall(
+          call.learner.id, method, call.status.error_code(),
+          std::chrono::duration<double>(call.finished - call.started).count());
+    }
+    if (call.status.ok()) continue;
+    if (code == grpc::StatusCode::OK) code = call.status.error_code();
+    failures.push_back(absl::StrCat(call.learner.Name(), ": ",
+                                    CodeName(call.status.error_code()), ": ",
+                                    call.status.error_message()));
+  }
+  if (failures.empty()) return grpc::Status::OK;
+  const std::string message =
+      absl::StrCat(method, " failed on ", failures.size(), " of ", calls.size(),
+                   " learner(s): ", absl::StrJoin(failures, "; "));
+  spdlog::warn("{}", message);
+  return grpc::Status(code, message);
+}
+
+void LearnerService::Finish(grpc::ServerUnaryReactor* reactor,
+                            const char* method,
+                            std::chrono::steady_clock::time_point started,
+                            const grpc::Status& status) {
+  if (metrics_ != nullptr) {
+    metrics_->Served(method, status.error_code(),
+                     std::chrono::duration<double>(
+                         std::chrono::steady_clock::now() - started)
+                         .count());
+  }
+  reactor->Finish(status);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--in_flight_ == 0) idle_.notify_all();
+}
+
+bool LearnerService::Enter(grpc::ServerUnaryReactor* reactor,
+                           const char* method) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!draining_) {
+      ++in_flight_;
+      return true;
+    }
+  }
+  const grpc::Status refused(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat(method, ": aggregatord is shutting down"));
+  if (metrics_ != nullptr) metrics_->Served(method, refused.error_code(), 0);
+  reactor->Finish(refused);
+  return false;
+}
+
+void LearnerService::StartDraining() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+}
+
+bool LearnerService::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+}
+
+template <typename Request, typename Reply>
+grpc::ServerUnaryReactor* LearnerService::Relay(
+    const char* method, grpc::CallbackServerContext* context,
+    const Request& request, StartCall<Request, Reply> start,
+    std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
+  const auto started = std::chrono::steady_clock::now();
+  auto* reactor = context->DefaultReactor();
+  if (!Enter(reactor, method)) return reactor;
+  auto settings = this->settings();
+  auto learners = ReadyLearners(method, *settings);
+  if (!learners.ok()) {
+    Finish(reactor, method, started, ToGrpc(learners.status()));
+    return reactor;
+  }
+  FanOut<Request, Reply>(
+      context, settings->options.call_timeout, std::move(*learners), {request},
+      start,
+      [this, method, reactor, started, merge = std::move(merge)](auto& calls) {
+        grpc::Status status = Summarize(method, calls);
+        Finish(reactor, method, started, status.ok() ? merge(calls) : status);
+      });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LearnerService::GetResource(
+    grpc::CallbackServerContext* context,
+    const pb::GetResourceRequest* /*request*/, pb::Resource* reply) {
+  // Each ready learner answered GetResource as it connected
+  // (lib/learners/learner_pool.h).
+  const auto started = std::chrono::steady_clock::now();
+  auto* reactor = context->DefaultReactor();
+  if (!Enter(reactor, "GetResource")) return reactor;
+  auto learners = ReadyLearners("GetResource", *settings());
+  if (learners.ok()) {
+    for (const LearnerHandle& learner : *learners) {
+      reply->set_gpus(reply->gpus() + learner.resource.gpus());
+      // A plain learner may leave `learners` unset: it counts as one.
+      reply->set_learners(reply->learners() +
+                          std::max(1, learner.resource.learners()));
+    }
+  }
+  Finish(reactor, "GetResource", started, ToGrpc(learners.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LearnerService::StartTask(
+    grpc::CallbackServerContext* context, const pb::StartTaskRequest* request,
+    pb::StartTaskReply* reply) {
+  return Relay<pb::StartTaskRequest, pb::StartTaskReply>(
+      "StartTask", context, *request,
+      [](const LearnerHandle& l, grpc::ClientContext* c,
+         const pb::StartTaskRequest* r, pb::StartTaskReply* p,
+         std::function<void(grpc::Status)> f) {
+        l.stub->async()->StartTask(c, r, p, std::move(f));
+      },
+      [reply](auto& calls) {
+        reply->set_message(
+            absl::StrCat("task started on ", calls.size(), " learner(s)"));
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* LearnerService::GetData(
+    grpc::CallbackServerContext* context, const pb::GetDataRequest* request,
+    pb::DataDemand* reply) {
+  return Relay<pb::GetDataRequest, pb::DataDemand>(
+      "GetData", context, *request,
+      [](const LearnerHandle& l, grpc::ClientContext* c,
+         const pb::GetDataRequest* r, pb::DataDemand* p,
+         std::function<void(grpc::Status)> f) {
+        l.stub->async()->GetData(c, r, p, std::move(f));
+      },
+      [this, reply](auto& calls) {
+        std::vector<PlanSlice> slices;
+        const auto& first = calls.front();
+        for (const auto& call : calls) {
+          const pb::DataDemand& demand = call.reply;
+          // Bounded so that sums cannot overflow and a plan fits one message.
+          if (demand.batch_size() < 0 || demand.batch_size() > kMaxBatch) {
+            return grpc::Status(
+                grpc::StatusCode::INTERNAL,
+                absl::StrCat("GetData: ", call.learner.Name(),
+                             " demanded batch_size ", demand.batch_size(),
+                             "; it must be between 0 and ", kMaxBatch));
+          }
+          WarnIfDifferent("GetData", "cur_learner_iter", first.learner,
+                          first.reply.cur_learner_iter(), call.learner,
+                          demand.cur_learner_iter());
+          WarnIfDifferent("GetData", "task_id", first.learner,
+                          first.reply.task_id(), call.learner,
+                          demand.task_id());
+          WarnIfDifferent("GetData", "buffer_id", first.learner,
+                          first.reply.buffer_id(), call.learner,
+                          demand.buffer_id());
+          slices.push_back(PlanSlice{call.learner.id, call.learner.epoch,
+                                     demand.batch_size(), demand.plan_id()});
+        }
+        *reply = std::move(calls.front().reply);
+        auto plan = planner_.Record(std::move(slices));
+        reply->set_batch_size(plan->total);
+        reply->set_plan_id(plan->id);
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* LearnerService::Learn(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* reply) {
+  const auto started = std::chrono::steady_clock::now();
+  auto* reactor = context->DefaultReactor();
+  if (!Enter(reactor, "Learn")) return reactor;
+  auto fail = [&](const grpc::Status& status) {
+    Finish(reactor, "Learn", started, status);
+    return reactor;
+  };
+  auto settings = this->settings();
+  auto batch = RawBatch::Parse(*request);
+  if (!batch.ok()) return fail(ToGrpc(batch.status()));
+  auto plan = planner_.Find(batch->plan_id());
+  if (!plan.ok()) return fail(ToGrpc(plan.status()));
+  std::vector<LearnerHandle> learners;
+  std::vector<std::string> gone;
+  for (const PlanSlice& slice : (*plan)->slices) {
+    auto learner = pool_->Current(slice.learner_id, slice.epoch);
+    if (learner.ok()) {
+      learners.push_back(std::move(*learner));
+    } else {
+      gone.emplace_back(learner.status().message());
+    }
+  }
+  if (!gone.empty()) {
+    return fail(grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("Learn: the learners of plan '", (*plan)->id,
+                     "' changed since GetData: ", absl::StrJoin(gone, "; "),
+                     "; call GetData again")));
+  }
+  if (absl::Status count =
+          CheckSampleCount(**plan, static_cast<int64_t>(batch->sample_count()));
+      !count.ok()) {
+    return fail(ToGrpc(count));
+  }
+  // Slice i holds learner i's samples as sub-slices of the received bytes.
+  std::vector<grpc::ByteBuffer> slices;
+  size_t first = 0;
+  for (size_t i = 0; i < learners.size(); ++i) {
+    const PlanSlice& slice = (*plan)->slices[i];
+    const size_t count = static_cast<size_t>(slice.batch_size);
+    slices.push_back(batch->Slice(first, count, slice.learner_plan_id));
+    if (metrics_ != nullptr) {
+      metrics_->Forwarded(learners[i].id,
+                          static_cast<double>(batch->SliceBytes(first, count)));
+    }
+    first += count;
+  }
+  FanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
+      context, settings->options.call_timeout, std::move(learners),
+      std::move(slices),
+      [](const LearnerHandle& l, grpc::ClientContext* c,
+         const grpc::ByteBuffer* r, grpc::ByteBuffer* p,
+         std::function<void(grpc::Status)> f) {
+        l.generic->UnaryCall(c, kLearnMethod, grpc::StubOptions(), r, p,
+                             std::move(f));
+      },
+      [this, reactor, reply, settings, started](auto& calls) {
+        Finish(reactor, "Learn", started, MergeLearn(calls, *settings, reply));
+      });
+  return reactor;
+}
+
+grpc::Status LearnerService::MergeLearn(
+    LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
+    const Settings& settings, grpc::ByteBuffer* reply) {
+  grpc::Status status = Summarize("Learn", calls);
+  if (!status.ok()) return status;
+  std::vector<pb::LearnReply> replies(calls.size());
+  std::vector<google::protobuf::Struct*> infos;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const LearnerHandle& learner = calls[i].learner;
+    if (!grpc::SerializationTraits<pb::LearnReply>::Deserialize(&calls[i].reply,
+                                                                &replies[i])
+             .ok()) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrCat("Learn: ", learner.Name(),
+                                       " sent a reply that is not a "
+                                       "LearnReply"));
+    }
+    infos.push_back(replies[i].mutable_info());
+    ids.push_back(learner.id);
+    WarnIfDifferent("Learn", "task_id", calls[0].learner, replies[0].task_id(),
+                    learner, replies[i].task_id());
+    WarnIfDifferent("Learn", "buffer_id", calls[0].learner,
+                    replies[0].buffer_id(), learner, replies[i].buffer_id());
+  }
+  auto merged = settings.merger.Merge(infos, ids);
+  if (!merged.ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat("Learn: ", merged.status().message()));
+  }
+  for (const std::string& warning : merged->warnings) {
+    spdlog::warn("Learn: {}", warning);
+  }
+  pb::LearnReply out;
+  out.set_task_id(replies[0].task_id());
+  out.set_buffer_id(replies[0].buffer_id());
+  *out.mutable_info() = std::move(merged->info);
+  bool own_buffer = false;
+  return grpc::SerializationTraits<pb::LearnReply>::Serialize(out, reply,
+                                                              &own_buffer);
+}
+
+grpc::ServerUnaryReactor* LearnerService::CloseTask(
+    grpc::CallbackServerContext* context, const pb::CloseTaskRequest* request,
+    pb::CloseTaskReply* reply) {
+  return Relay<pb::CloseTaskRequest, pb::CloseTaskReply>(
+      "CloseTask", context, *request,
+      [](const LearnerHandle& l, grpc::ClientContext* c,
+         const pb::CloseTaskRequest* r, pb::CloseTaskReply* p,
+         std::function<void(grpc::Status)> f) {
+        l.stub->async()->CloseTask(c, r, p, std::move(f));
+      },
+      [reply](auto& calls) {
+        reply->set_message(
+            absl::StrCat("task closed on ", calls.size(), " learner(s)"));
+        return grpc::Status::OK;
+      });
+}
+
+}  // namespace aggregator

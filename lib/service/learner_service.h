@@ -1,0 +1,130 @@
+// LearnerService: the aggregator's side of the Learner API. Each call fans out
+// to the pool's learners (lib/learners/fan_out.h) and merges their answers:
+// - GetResource sums the ready learners' own resources (asked as they
+//   connected);
+// - StartTask and CloseTask go to every ready learner; any failure fails the
+// call,
+//   naming every learner that failed and why;
+// - GetData sums the demands, takes the other fields from the first learner,
+// and
+//   records the split as a plan (lib/aggregation/split_planner.h) whose id it returns;
+// - Learn checks the plan (latest, same learners, same sample count), sends
+// slice i to
+//   learner i and merges the infos (lib/aggregation/info_merger.h).
+// Every failure is a prompt gRPC error naming the learner(s) and the cause.
+//
+// Thread-safety: all RPCs may run concurrently; options can be replaced at any
+// time (calls in flight keep the options they started with).
+#ifndef LIB_SERVICE_LEARNER_SERVICE_H_
+#define LIB_SERVICE_LEARNER_SERVICE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "lib/ops/aggregator_metrics.h"
+#include "lib/learners/fan_out.h"
+#include "lib/aggregation/info_merger.h"
+#include "lib/learners/learner_pool.h"
+#include "lib/aggregation/split_planner.h"
+#include "proto/learner.grpc.pb.h"
+
+namespace aggregator {
+
+struct LearnerServiceOptions {
+  // Ready learners needed for a call to proceed (at least one is always
+  // needed).
+  int min_learners = 1;
+  std::chrono::milliseconds call_timeout{60000};
+  std::vector<std::string> homogeneous_keys = {"learner_step", "buffer_id",
+                                               "task_id", "learner_done"};
+};
+
+// Learn is relayed as raw bytes (lib/aggregation/raw_batch.h): the batch is never parsed.
+class LearnerService final
+    : public aggregator::v1::Learner::WithRawCallbackMethod_Learn<
+          aggregator::v1::Learner::CallbackService> {
+ public:
+  // `pool` and `metrics` (optional) must outlive the service.
+  LearnerService(LearnerPool* pool, LearnerServiceOptions options,
+                 AggregatorMetrics* metrics = nullptr);
+
+  void SetOptions(LearnerServiceOptions options);
+
+  // From now on new calls fail with UNAVAILABLE; calls in flight go on.
+  void StartDraining();
+  // Waits until no call is in flight or the deadline passes; true when none is.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+
+  grpc::ServerUnaryReactor* GetResource(
+      grpc::CallbackServerContext* context,
+      const aggregator::v1::GetResourceRequest* request,
+      aggregator::v1::Resource* reply) override;
+  grpc::ServerUnaryReactor* StartTask(
+      grpc::CallbackServerContext* context,
+      const aggregator::v1::StartTaskRequest* request,
+      aggregator::v1::StartTaskReply* reply) override;
+  grpc::ServerUnaryReactor* GetData(
+      grpc::CallbackServerContext* context,
+      const aggregator::v1::GetDataRequest* request,
+      aggregator::v1::DataDemand* reply) override;
+  grpc::ServerUnaryReactor* Learn(grpc::CallbackServerContext* context,
+                                  const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* reply) override;
+  grpc::ServerUnaryReactor* CloseTask(
+      grpc::CallbackServerContext* context,
+      const aggregator::v1::CloseTaskRequest* request,
+      aggregator::v1::CloseTaskReply* reply) override;
+
+ private:
+  struct Settings {
+    LearnerServiceOptions options;
+    InfoMerger merger;
+  };
+  std::shared_ptr<const Settings> settings() const;
+  // The ready learners, or UNAVAILABLE when fewer than min_learners (and at
+  // least one) are ready.
+  absl::StatusOr<std::vector<LearnerHandle>> ReadyLearners(
+      const char* method, const Settings& settings) const;
+
+  // Fans `request` out to the ready learners; when all succeeded, `merge` fills
+  // the reply and its status finishes the call.
+  template <typename Request, typename Reply>
+  grpc::ServerUnaryReactor* Relay(
+      const char* method, grpc::CallbackServerContext* context,
+      const Request& request, StartCall<Request, Reply> start,
+      std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge);
+
+  // Records each learner call (pool counters, metrics); then OK when all
+  // succeeded, else the first failure's code and every failing learner named.
+  template <typename Request, typename Reply>
+  grpc::Status Summarize(const char* method,
+                         const LearnerCalls<Request, Reply>& calls);
+  // Merges the learners' serialized Learn replies into `reply`.
+  grpc::Status MergeLearn(
+      LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
+      const Settings& settings, grpc::ByteBuffer* reply);
+  // Counts a new call in, or finishes it with UNAVAILABLE when draining.
+  bool Enter(grpc::ServerUnaryReactor* reactor, const char* method);
+  // Finishes an incoming call (counted in by Enter) and records it.
+  void Finish(grpc::ServerUnaryReactor* reactor, const char* method,
+              std::chrono::steady_clock::time_point started,
+              const grpc::Status& status);
+
+  LearnerPool* const pool_;
+  AggregatorMetrics* const metrics_;
+  SplitPlanner planner_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  std::condition_variable idle_;
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_SERVICE_LEARNER_SERVICE_H_

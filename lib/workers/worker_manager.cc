@@ -1,0 +1,919 @@
+#include "lib/workers/worker_manager.h"
+
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+// glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
+extern "C" {
+#include <sys/pidfd.h>
+}
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace aggregator {
+namespace {
+
+namespace pb = aggregator::v1;
+using std::chrono::milliseconds;
+using Steady = std::chrono::steady_clock;
+using TimePoint = WorkerClock::TimePoint;
+
+// The workspace name in WORKSPACE: the runfiles tree's top directory.
+constexpr char kWorkspaceName[] = "learner_aggregator";
+// A line longer than this is logged in pieces, so a child that never prints a
+// newline cannot grow the daemon's memory.
+constexpr size_t kMaxLineBytes = 16 * 1024;
+// Read at most this much of one stream per wake-up, so one chatty child cannot
+// starve the others.
+constexpr size_t kReadBudget = 64 * 1024;
+// After an exit, what is already in the pipe is logged up to this much.
+constexpr size_t kDrainBudget = 1024 * 1024;
+// How long SIGKILLed processes get to be reaped once Shutdown's deadline has
+// passed before the manager gives up waiting on them.
+constexpr milliseconds kKillWait(5000);
+// Nothing is due: look again this often anyway, so no wait is unbounded.
+constexpr milliseconds kIdleWait(60000);
+// Apply waits this long for the manager thread to take the new specs.
+constexpr std::chrono::seconds kCommandTimeout(30);
+
+class SteadyClockImpl : public WorkerClock {
+ public:
+  TimePoint Now() const override { return Steady::now(); }
+  std::optional<milliseconds> RealDelayUntil(TimePoint when) const override {
+    const TimePoint now = Steady::now();
+    if (when <= now) return milliseconds(0);
+    // Rounded up, so a wake-up is never early.
+    return std::chrono::ceil<milliseconds>(when - now);
+  }
+  int AddWaker(std::function<void()>) override { return 0; }
+  void RemoveWaker(int) override {}
+};
+
+// "1.5s", "250ms", "1m"; "0s" rather than absl's bare "0".
+std::string FormatMs(std::chrono::nanoseconds duration) {
+  const int64_t ms = std::chrono::duration_cast<milliseconds>(duration).count();
+  if (ms == 0) return "0s";
+  return absl::FormatDuration(absl::Milliseconds(ms));
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+bool Exists(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0;
+}
+
+// initial * multiplier^n, capped at max.
+milliseconds BackoffDelay(const WorkerBackoffOptions& backoff, int n) {
+  const double ms = static_cast<double>(backoff.initial.count()) *
+                    std::pow(backoff.multiplier, n);
+  if (!(ms < static_cast<double>(backoff.max.count()))) return backoff.max;
+  return milliseconds(static_cast<int64_t>(std::llround(ms)));
+}
+
+bool UsesPort(const WorkerSpec& spec) {
+  auto uses = [](const std::string& text) {
+    return text.find("{port}") != std::string::npos;
+  };
+  if (std::any_of(spec.command.begin(), spec.command.end(), uses)) return true;
+  if (uses(spec.cwd)) return true;
+  return std::any_of(spec.env.begin(), spec.env.end(),
+                     [&](const auto& kv) { return uses(kv.second); });
+}
+
+// Everything but `replicas` is the same: the running replicas can stay.
+bool SameExceptReplicas(const WorkerSpec& a, const WorkerSpec& b) {
+  WorkerSpec copy = b;
+  copy.replicas = a.replicas;
+  return a == copy;
+}
+
+absl::Status ValidateSpecs(const std::vector<WorkerSpec>& specs) {
+  std::set<std::string> names;
+  for (const WorkerSpec& spec : specs) {
+    const std::string where = absl::StrCat("worker \"", spec.name, "\"");
+    if (spec.name.empty()) {
+      return absl::InvalidArgumentError("a worker has an empty name");
+    }
+    if (!names.insert(spec.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " is given twice; names must be unique"));
+    }
+    if (spec.command.empty() || spec.command[0].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the command has no program"));
+    }
+    if (spec.replicas < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": replicas must not be negative, got ", spec.replicas));
+    }
+    if ((spec.learner || UsesPort(spec)) && spec.port_base <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       ": uses {port} or is a learner, but has no "
+                       "port_base"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool SameStatus(const std::vector<pb::WorkerStatus>& a,
+                const std::vector<pb::WorkerStatus>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].SerializeAsString() != b[i].SerializeAsString()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+WorkerClock& SteadyWorkerClock() {
+  static SteadyClockImpl* clock = new SteadyClockImpl();
+  return *clock;
+}
+
+FakeWorkerClock::FakeWorkerClock()
+    : now_(TimePoint() + std::chrono::hours(1000)) {}
+
+TimePoint FakeWorkerClock::Now() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return now_;
+}
+
+std::optional<milliseconds> FakeWorkerClock::RealDelayUntil(TimePoint) const {
+  return std::nullopt;
+}
+
+int FakeWorkerClock::AddWaker(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int token = next_token_++;
+  wakers_.emplace(token, std::move(wake));
+  return token;
+}
+
+void FakeWorkerClock::RemoveWaker(int token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wakers_.erase(token);
+}
+
+void FakeWorkerClock::Advance(milliseconds delta) {
+  // Wakers run under the lock, so once RemoveWaker returns its waker is never
+  // called again (the manager closes what it writes to).
+  std::lock_guard<std::mutex> lock(mu_);
+  now_ += delta;
+  for (const auto& [token, wake] : wakers_) wake();
+}
+
+std::string ExpandWorkerTemplate(std::string_view text, const WorkerSpec& spec,
+                                 int index) {
+  return absl::StrReplaceAll(absl::string_view(text.data(), text.size()),
+                             {{"{index}", absl::StrCat(index)},
+                              {"{port}", absl::StrCat(spec.port_base + index)},
+                              {"{name}", spec.name}});
+}
+
+std::vector<std::string> FindRunfilesDirs() {
+  std::vector<std::string> dirs;
+  if (const char* runfiles = getenv("RUNFILES_DIR");
+      runfiles != nullptr && runfiles[0] != '\0') {
+    const std::string dir = absl::StrCat(runfiles, "/", kWorkspaceName);
+    if (IsDirectory(dir)) dirs.push_back(dir);
+  }
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    const std::string dir =
+        absl::StrCat(absl::string_view(exe, n), ".runfiles/", kWorkspaceName);
+    if (IsDirectory(dir) &&
+        std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) {
+      dirs.push_back(dir);
+    }
+  }
+  return dirs;
+}
+
+absl::StatusOr<std::string> ResolveWorkerProgram(
+    const std::string& program, const std::string& working_dir,
+    const std::vector<std::string>& runfiles_dirs) {
+  if (program.find('/') == std::string::npos || program[0] == '/') {
+    return program;
+  }
+  const std::string in_working_dir = absl::StrCat(working_dir, "/", program);
+  if (Exists(in_working_dir)) return in_working_dir;
+  for (const std::string& dir : runfiles_dirs) {
+    const std::string in_runfiles = absl::StrCat(dir, "/", program);
+    if (Exists(in_runfiles)) return in_runfiles;
+  }
+  return absl::NotFoundError(
+      absl::StrCat("cannot find the program '", program,
+                   "' in the working directory ", working_dir,
+                   runfiles_dirs.empty()
+                       ? " (and aggregatord has no runfiles directory)"
+                       : absl::StrCat(" or in the runfiles director",
+                                      runfiles_dirs.size() == 1 ? "y " : "ies ",
+                                      absl::StrJoin(runfiles_dirs, ", "))));
+}
+
+absl::StatusOr<SubprocessOptions> ReplicaSubprocessOptions(
+    const WorkerSpec& spec, int index,
+    const std::vector<std::string>& runfiles_dirs) {
+  if (spec.command.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker \"", spec.name, "\" has an empty command"));
+  }
+  SubprocessOptions options;
+  for (const std::string& arg : spec.command) {
+    options.argv.push_back(ExpandWorkerTemplate(arg, spec, index));
+  }
+  for (const auto& [key, value] : spec.env) {
+    options.env.emplace_back(key, ExpandWorkerTemplate(value, spec, index));
+  }
+  if (!spec.cwd.empty()) {
+    options.cwd = ExpandWorkerTemplate(spec.cwd, spec, index);
+  }
+  char working_dir[PATH_MAX];
+  if (getcwd(working_dir, sizeof(working_dir)) == nullptr) {
+    return absl::ErrnoToStatus(
+        errno, "cannot read the daemon's working directory to find '" +
+                   options.argv[0] + "'");
+  }
+  absl::StatusOr<std::string> program =
+      ResolveWorkerProgram(options.argv[0], working_dir, runfiles_dirs);
+  if (!program.ok()) return program.status();
+  options.argv[0] = *std::move(program);
+  options.capture_output = true;
+  options.new_process_group = true;
+  options.die_with_parent = true;
+  return options;
+}
+
+// One replica: its process (if any) and its restart bookkeeping.
+struct WorkerManager::Replica {
+  Replica(const std::string& name, int index)
+      : index(index), label(absl::StrCat(name, "-", index)) {}
+
+  const int index;
+  const std::string label;                 // "<name>-<index>", for logs
+  std::shared_ptr<const WorkerSpec> spec;  // what it runs
+  pb::WorkerState state = pb::WORKER_STATE_STARTING;
+  std::unique_ptr<Subprocess> process;
+  int pidfd = -1;  // our own, so the manager can poll for the exit
+  bool out_open = false;
+  bool err_open = false;
+  std::string out_partial;  // output after the last newline
+  std::string err_partial;
+  TimePoint started_at{};
+  // STARTING: when it counts as running. BACKOFF: when it restarts.
+  TimePoint due{};
+  bool stopping = false;  // SIGTERM sent, waiting for the exit
+  bool killed = false;    // SIGKILL sent too
+  TimePoint kill_at{};
+  AfterStop after_stop = AfterStop::kStay;
+  int restarts = 0;
+  int failed_starts = 0;  // since the last start that ran min_uptime
+  std::deque<TimePoint> restart_times;  // within restart_window
+  std::string last_error;
+};
+
+struct WorkerManager::Worker {
+  // nullptr once removed; kept until its replicas have stopped.
+  std::shared_ptr<const WorkerSpec> spec;
+  std::map<int, std::unique_ptr<Replica>> replicas;
+};
+
+WorkerManager::WorkerManager(WorkerManagerOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : &SteadyWorkerClock()),
+      runfiles_dirs_(options_.runfiles_dirs.has_value()
+                         ? *options_.runfiles_dirs
+                         : FindRunfilesDirs()),
+      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (wake_fd_ < 0) {
+    // Without it commands would wait for the idle timeout; say so loudly.
+    spdlog::critical("worker manager: eventfd failed: {}",
+                     std::string(strerror(errno)));
+  }
+  waker_token_ = clock_->AddWaker([this] { Wake(); });
+  thread_ = std::thread(&WorkerManager::Run, this);
+}
+
+WorkerManager::~WorkerManager() {
+  milliseconds longest;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    longest = longest_stop_timeout_;
+  }
+  Shutdown(Steady::now() + longest);
+  clock_->RemoveWaker(waker_token_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+void WorkerManager::Wake() {
+  const uint64_t one = 1;
+  if (wake_fd_ >= 0) {
+    ssize_t n;
+    do {
+      n = write(wake_fd_, &one, sizeof(one));
+    } while (n < 0 && errno == EINTR);
+  }
+}
+
+absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
+  if (absl::Status status = ValidateSpecs(specs); !status.ok()) return status;
+  milliseconds longest(0);
+  for (const WorkerSpec& spec : specs) {
+    longest = std::max(longest, spec.stop_timeout);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shutdown_deadline_.has_value() || done_) {
+    return absl::FailedPreconditionError(
+        "worker manager: Apply after Shutdown; workers are not started");
+  }
+  pending_specs_ = std::move(specs);
+  longest_stop_timeout_ = std::max(longest_stop_timeout_, longest);
+  const uint64_t seq = ++next_seq_;
+  Wake();
+  if (!handled_.wait_until(lock, Steady::now() + kCommandTimeout,
+                           [&] { return handled_seq_ >= seq || done_; })) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "worker manager: the new worker specs were not taken up within ",
+        kCommandTimeout.count(), "s"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<pb::WorkerStatus> WorkerManager::Status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+std::vector<LearnerEndpoint> WorkerManager::LearnerEndpoints() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return endpoints_;
+}
+
+absl::Status WorkerManager::Sync(Steady::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t seq = ++next_seq_;
+  Wake();
+  if (!handled_.wait_until(lock, deadline,
+                           [&] { return handled_seq_ >= seq || done_; })) {
+    return absl::DeadlineExceededError(
+        "worker manager: the manager thread did not catch up before the "
+        "deadline");
+  }
+  return absl::OkStatus();
+}
+
+void WorkerManager::Shutdown(Steady::time_point deadline) {
+  std::lock_guard<std::mutex> serial(shutdown_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shutdown_deadline_.has_value()) shutdown_deadline_ = deadline;
+    ++next_seq_;
+  }
+  Wake();
+  // The manager thread bounds its own end: SIGKILL at the deadline, then at
+  // most kKillWait (plus Subprocess's own kill wait) for the reaping.
+  if (thread_.joinable()) thread_.join();
+}
+
+void WorkerManager::Run() {
+  for (;;) {
+    std::optional<std::vector<WorkerSpec>> specs;
+    std::optional<Steady::time_point> shutdown;
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      specs = std::move(pending_specs_);
+      pending_specs_.reset();
+      shutdown = shutdown_deadline_;
+      seq = next_seq_;
+    }
+    if (specs.has_value() && !stopping_all_) Reconcile(*specs);
+    if (shutdown.has_value() && !stopping_all_) {
+      stopping_all_ = true;
+      stop_deadline_ = *shutdown;
+      if (!workers_.empty()) spdlog::info("stopping all workers");
+      for (auto& [name, worker] : workers_) {
+        for (auto& [index, replica] : worker->replicas) {
+          Stop(*worker, *replica, AfterStop::kStay);
+        }
+      }
+    }
+    RunDueTimers();
+    bool finished = stopping_all_ && !AnyProcess();
+    if (stopping_all_ && !finished) {
+      const Steady::time_point now = Steady::now();
+      if (now >= stop_deadline_) {
+        for (auto& [name, worker] : workers_) {
+          for (auto& [index, replica] : worker->replicas) {
+            if (replica->process != nullptr && !replica->killed) {
+              spdlog::warn(
+                  "worker {} (pid {}): shutdown deadline reached; "
+                  "sending SIGKILL to its process group",
+                  replica->label, replica->process->pid());
+              (void)replica->process->Signal(SIGKILL, /*group=*/true);
+              (void)replica->process->Signal(SIGKILL);
+              replica->killed = true;
+            }
+          }
+        }
+      }
+      if (now >= stop_deadline_ + kKillWait) {
+        // Stuck in the kernel: Subprocess's destructor makes a last attempt.
+        for (auto& [name, worker] : workers_) {
+          for (auto& [index, replica] : worker->replicas) {
+            if (replica->process == nullptr) continue;
+            spdlog::error(
+                "worker {} (pid {}) was not reaped {}ms after "
+                "SIGKILL; giving up on it",
+                replica->label, replica->process->pid(), kKillWait.count());
+            CloseProcess(*replica);
+            replica->state = pb::WORKER_STATE_STOPPED;
+          }
+        }
+        finished = true;
+      }
+    }
+    // Removed workers whose replicas have all stopped.
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      if (it->second->spec == nullptr && it->second->replicas.empty()) {
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    const bool changed = Publish(seq);
+    if (changed && options_.on_change) options_.on_change();
+    if (finished) break;
+    PollOnce();
+  }
+  if (!workers_.empty()) spdlog::info("all workers stopped");
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = true;
+  handled_.notify_all();
+}
+
+void WorkerManager::Reconcile(const std::vector<WorkerSpec>& specs) {
+  std::set<std::string> names;
+  order_.clear();
+  for (const WorkerSpec& spec : specs) {
+    names.insert(spec.name);
+    order_.push_back(spec.name);
+    std::unique_ptr<Worker>& slot = workers_[spec.name];
+    if (slot == nullptr) slot = std::make_unique<Worker>();
+    Worker& worker = *slot;
+    auto shared = std::make_shared<const WorkerSpec>(spec);
+    if (worker.spec == nullptr || *worker.spec != spec) {
+      spdlog::info("worker {}: {} replica(s) of {}", spec.name, spec.replicas,
+                   absl::StrJoin(spec.command, " "));
+    }
+    worker.spec = shared;
+    std::vector<int> indices;
+    for (const auto& [index, replica] : worker.replicas) {
+      indices.push_back(index);
+    }
+    for (int index : indices) {
+      auto it = worker.replicas.find(index);
+      if (it == worker.replicas.end()) continue;
+      Replica& replica = *it->second;
+      if (index >= spec.replicas) {
+        Stop(worker, replica, AfterStop::kRemove);
+      } else if (replica.stopping) {
+        // Stopping for an earlier change: it comes back with this spec.
+        replica.after_stop = AfterStop::kRestart;
+      } else if (!SameExceptReplicas(*replica.spec, spec)) {
+        Stop(worker, replica, AfterStop::kRestart);
+      } else {
+        replica.spec = shared;
+      }
+    }
+    for (int index = 0; index < spec.replicas; ++index) {
+      if (worker.replicas.count(index) != 0) continue;
+      auto replica = std::make_unique<Replica>(spec.name, index);
+      replica->spec = shared;
+      Replica& ref = *replica;
+      worker.replicas.emplace(index, std::move(replica));
+      StartReplica(worker, ref);
+    }
+  }
+  for (auto& [name, worker] : workers_) {
+    if (names.count(name) != 0 || worker->spec == nullptr) continue;
+    spdlog::info("worker {}: removed; stopping its replicas", name);
+    worker->spec = nullptr;
+    std::vector<int> indices;
+    for (const auto& [index, replica] : worker->replicas) {
+      indices.push_back(index);
+    }
+    for (int index : indices) {
+      auto it = worker->replicas.find(index);
+      if (it != worker->replicas.end()) {
+        Stop(*worker, *it->second, AfterStop::kRemove);
+      }
+    }
+  }
+}
+
+void WorkerManager::StartReplica(Worker& worker, Replica& replica) {
+  const WorkerSpec& spec = *replica.spec;
+  const TimePoint now = clock_->Now();
+  replica.state = pb::WORKER_STATE_STARTING;
+  replica.started_at = now;
+  replica.due = now + spec.min_uptime;
+  replica.stopping = false;
+  replica.killed = false;
+
+  absl::StatusOr<SubprocessOptions> options =
+      ReplicaSubprocessOptions(spec, replica.index, runfiles_dirs_);
+  absl::StatusOr<std::unique_ptr<Subprocess>> process =
+      options.ok() ? Subprocess::Start(*options) : options.status();
+  int pidfd = -1;
+  if (process.ok()) {
+    pidfd = pidfd_open((*process)->pid(), 0);
+    if (pidfd < 0) {
+      process = absl::ErrnoToStatus(
+          errno, absl::StrCat("pidfd_open for pid ", (*process)->pid()));
+    }
+  }
+  if (!process.ok()) {
+    const std::string what =
+        absl::StrCat("cannot start: ", process.status().message());
+    spdlog::error("worker {}: {}", replica.label, what);
+    AfterExit(worker, replica, what, /*failed=*/true);
+    return;
+  }
+  replica.process = *std::move(process);
+  replica.pidfd = pidfd;
+  replica.out_open = replica.process->stdout_fd() >= 0;
+  replica.err_open = replica.process->stderr_fd() >= 0;
+  spdlog::info("worker {} started (pid {}): {}", replica.label,
+               replica.process->pid(), absl::StrJoin(options->argv, " "));
+}
+
+void WorkerManager::OnExit(Worker& worker, Replica& replica,
+                           const ExitStatus& status) {
+  // What it printed before exiting comes before the news of its exit.
+  ReadOutput(replica, /*from_stderr=*/false, kDrainBudget);
+  ReadOutput(replica, /*from_stderr=*/true, kDrainBudget);
+  const pid_t pid = replica.process->pid();
+  CloseProcess(replica);
+  const std::chrono::nanoseconds uptime = clock_->Now() - replica.started_at;
+  if (replica.stopping) {
+    spdlog::info("worker {} (pid {}) stopped: {}", replica.label, pid,
+                 status.ToString());
+    Stopped(worker, replica);
+    return;
+  }
+  const WorkerSpec& spec = *replica.spec;
+  const bool early = uptime < spec.min_uptime;
+  std::string what =
+      absl::StrCat(status.ToString(), " after ", FormatMs(uptime));
+  if (early) {
+    absl::StrAppend(&what, ", sooner than min_uptime ",
+                    FormatMs(spec.min_uptime));
+  } else {
+    replica.failed_starts = 0;
+  }
+  const bool failed = !status.ok() || early;
+  if (failed) {
+    spdlog::warn("worker {} (pid {}) exited: {}", replica.label, pid, what);
+  } else {
+    spdlog::info("worker {} (pid {}) exited: {}", replica.label, pid, what);
+  }
+  AfterExit(worker, replica, what, failed);
+}
+
+void WorkerManager::AfterExit(Worker& worker, Replica& replica,
+                              const std::string& what, bool failed) {
+  const WorkerSpec& spec = *replica.spec;
+  if (failed) replica.last_error = what;
+  if (stopping_all_) {
+    Stopped(worker, replica);
+    return;
+  }
+  const bool restart = spec.restart == RestartPolicy::kAlways ||
+                       (spec.restart == RestartPolicy::kOnFailure && failed);
+  if (!restart) {
+    replica.state = failed ? pb::WORKER_STATE_FAILED : pb::WORKER_STATE_STOPPED;
+    if (failed) {
+      spdlog::error("worker {} failed (restart: {}): {}", replica.label,
+                    RestartPolicyName(spec.restart), what);
+    } else {
+      spdlog::info("worker {} stopped; not restarted (restart: {})",
+                   replica.label, RestartPolicyName(spec.restart));
+    }
+    return;
+  }
+  const TimePoint now = clock_->Now();
+  while (!replica.restart_times.empty() &&
+         replica.restart_times.front() <= now - spec.restart_window) {
+    replica.restart_times.pop_front();
+  }
+  if (replica.restart_times.size() >= static_cast<size_t>(spec.max_restarts)) {
+    replica.state = pb::WORKER_STATE_FAILED;
+    replica.last_error =
+        absl::StrCat(what, "; not restarted: it would be restart ",
+                     replica.restart_times.size() + 1, " within ",
+                     FormatMs(spec.restart_window), " (max_restarts ",
+                     spec.max_restarts, ")");
+    spdlog::error("worker {} failed: {}", replica.label, replica.last_error);
+    return;
+  }
+  const milliseconds delay = BackoffDelay(spec.backoff, replica.failed_starts);
+  ++replica.failed_starts;
+  ++replica.restarts;
+  replica.restart_times.push_back(now);
+  replica.state = pb::WORKER_STATE_BACKOFF;
+  replica.due = now + delay;
+  spdlog::info("worker {}: restart {} in {}", replica.label, replica.restarts,
+               FormatMs(delay));
+}
+
+void WorkerManager::Stop(Worker& worker, Replica& replica, AfterStop after) {
+  replica.after_stop = after;
+  if (replica.process == nullptr) {
+    Stopped(worker, replica);
+    return;
+  }
+  if (replica.stopping) return;
+  replica.stopping = true;
+  replica.state = pb::WORKER_STATE_STOPPED;
+  replica.kill_at = clock_->Now() + replica.spec->stop_timeout;
+  spdlog::info("stopping worker {} (pid {}): SIGTERM, SIGKILL after {}",
+               replica.label, replica.process->pid(),
+               FormatMs(replica.spec->stop_timeout));
+  (void)replica.process->Signal(SIGTERM, /*group=*/true);
+  (void)replica.process->Signal(SIGTERM);
+}
+
+void WorkerManager::Stopped(Worker& worker, Replica& replica) {
+  replica.stopping = false;
+  replica.killed = false;
+  switch (replica.after_stop) {
+    case AfterStop::kRemove:
+      worker.replicas.erase(replica.index);  // `replica` is gone
+      return;
+    case AfterStop::kRestart:
+      replica.spec = worker.spec;
+      replica.restarts = 0;
+      replica.failed_starts = 0;
+      replica.restart_times.clear();
+      replica.last_error.clear();
+      replica.after_stop = AfterStop::kStay;
+      StartReplica(worker, replica);
+      return;
+    case AfterStop::kStay:
+      if (replica.state != pb::WORKER_STATE_FAILED) {
+        replica.state = pb::WORKER_STATE_STOPPED;
+      }
+      return;
+  }
+}
+
+void WorkerManager::RunDueTimers() {
+  const TimePoint now = clock_->Now();
+  for (auto& [name, worker] : workers_) {
+    for (auto& [index, replica_ptr] : worker->replicas) {
+      Replica& replica = *replica_ptr;
+      if (replica.stopping) {
+        if (!replica.killed && now >= replica.kill_at) {
+          spdlog::warn(
+              "worker {} (pid {}) did not stop within {}; sending "
+              "SIGKILL to its process group",
+              replica.label, replica.process->pid(),
+              FormatMs(replica.spec->stop_timeout));
+          (void)replica.process->Signal(SIGKILL, /*group=*/true);
+          (void)replica.process->Signal(SIGKILL);
+          replica.killed = true;
+        }
+      } else if (replica.state == pb::WORKER_STATE_STARTING &&
+                 replica.process != nullptr && now >= replica.due) {
+        replica.state = pb::WORKER_STATE_RUNNING;
+        replica.failed_starts = 0;
+        spdlog::info("worker {} (pid {}) running", replica.label,
+                     replica.process->pid());
+      } else if (replica.state == pb::WORKER_STATE_BACKOFF &&
+                 now >= replica.due) {
+        StartReplica(*worker, replica);
+      }
+    }
+  }
+}
+
+void WorkerManager::ReadOutput(Replica& replica, bool from_stderr,
+                               size_t budget) {
+  bool& open = from_stderr ? replica.err_open : replica.out_open;
+  if (!open || replica.process == nullptr) return;
+  const int fd =
+      from_stderr ? replica.process->stderr_fd() : replica.process->stdout_fd();
+  std::string& partial =
+      from_stderr ? replica.err_partial : replica.out_partial;
+  auto emit = [&](absl::string_view line) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    spdlog::info("[{}] {}", replica.label, std::string(line));
+  };
+  size_t read_bytes = 0;
+  char chunk[16 * 1024];
+  while (read_bytes < budget) {
+    const ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      if (n < 0) {
+        spdlog::warn("worker {}: reading its {}: {}", replica.label,
+                     from_stderr ? "stderr" : "stdout",
+                     std::string(strerror(errno)));
+      }
+      open = false;
+      if (!partial.empty()) emit(std::exchange(partial, std::string()));
+      return;
+    }
+    read_bytes += static_cast<size_t>(n);
+    partial.append(chunk, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t newline;
+         (newline = partial.find('\n', start)) != std::string::npos;
+         start = newline + 1) {
+      emit(absl::string_view(partial).substr(start, newline - start));
+    }
+    partial.erase(0, start);
+    while (partial.size() >= kMaxLineBytes) {
+      emit(absl::string_view(partial).substr(0, kMaxLineBytes));
+      partial.erase(0, kMaxLineBytes);
+    }
+  }
+}
+
+void WorkerManager::CloseProcess(Replica& replica) {
+  for (std::string* partial : {&replica.out_partial, &replica.err_partial}) {
+    if (!partial->empty()) {
+      spdlog::info("[{}] {}", replica.label,
+                   std::exchange(*partial, std::string()));
+    }
+  }
+  if (replica.pidfd >= 0) close(replica.pidfd);
+  replica.pidfd = -1;
+  replica.out_open = false;
+  replica.err_open = false;
+  // Kills what is left of the process group and closes the pipes.
+  replica.process.reset();
+}
+
+bool WorkerManager::AnyProcess() const {
+  for (const auto& [name, worker] : workers_) {
+    for (const auto& [index, replica] : worker->replicas) {
+      if (replica->process != nullptr) return true;
+    }
+  }
+  return false;
+}
+
+void WorkerManager::PollOnce() {
+  enum class What { kWake, kStdout, kStderr, kExit };
+  struct Watch {
+    What what;
+    Worker* worker;
+    Replica* replica;
+  };
+  std::vector<pollfd> fds;
+  std::vector<Watch> watches;
+  if (wake_fd_ >= 0) {
+    fds.push_back({wake_fd_, POLLIN, 0});
+    watches.push_back({What::kWake, nullptr, nullptr});
+  }
+  milliseconds timeout = kIdleWait;
+  auto wait_for = [&](TimePoint when) {
+    if (std::optional<milliseconds> delay = clock_->RealDelayUntil(when)) {
+      timeout = std::min(timeout, *delay);
+    }
+  };
+  for (auto& [name, worker] : workers_) {
+    for (auto& [index, replica_ptr] : worker->replicas) {
+      Replica& replica = *replica_ptr;
+      if (replica.stopping) {
+        if (!replica.killed) wait_for(replica.kill_at);
+      } else if (replica.state == pb::WORKER_STATE_STARTING ||
+                 replica.state == pb::WORKER_STATE_BACKOFF) {
+        wait_for(replica.due);
+      }
+      if (replica.process == nullptr) continue;
+      if (replica.out_open) {
+        fds.push_back({replica.process->stdout_fd(), POLLIN, 0});
+        watches.push_back({What::kStdout, worker.get(), &replica});
+      }
+      if (replica.err_open) {
+        fds.push_back({replica.process->stderr_fd(), POLLIN, 0});
+        watches.push_back({What::kStderr, worker.get(), &replica});
+      }
+      fds.push_back({replica.pidfd, POLLIN, 0});
+      watches.push_back({What::kExit, worker.get(), &replica});
+    }
+  }
+  if (stopping_all_) {
+    const Steady::time_point now = Steady::now();
+    const Steady::time_point next =
+        now < stop_deadline_ ? stop_deadline_ : stop_deadline_ + kKillWait;
+    timeout = std::min(
+        timeout, next <= now ? milliseconds(0)
+                             : std::chrono::ceil<milliseconds>(next - now));
+  }
+
+  const int ready =
+      poll(fds.data(), fds.size(),
+           static_cast<int>(std::min<int64_t>(timeout.count(), INT_MAX)));
+  if (ready < 0) {
+    if (errno != EINTR) {
+      spdlog::error("worker manager: poll failed: {}",
+                    std::string(strerror(errno)));
+    }
+    return;
+  }
+  if (ready == 0) return;
+  // Output first, so lines come before the exit that follows them.
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    const Watch& watch = watches[i];
+    if (watch.what == What::kWake) {
+      uint64_t count;
+      while (read(wake_fd_, &count, sizeof(count)) > 0) {
+      }
+    } else if (watch.what == What::kStdout || watch.what == What::kStderr) {
+      ReadOutput(*watch.replica, watch.what == What::kStderr, kReadBudget);
+    }
+  }
+  // An exit may remove its replica: nothing below touches it afterwards.
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const Watch& watch = watches[i];
+    if (fds[i].revents == 0 || watch.what != What::kExit) continue;
+    if (watch.replica->process == nullptr) continue;
+    if (std::optional<ExitStatus> status = watch.replica->process->Poll()) {
+      OnExit(*watch.worker, *watch.replica, *status);
+    }
+  }
+}
+
+bool WorkerManager::Publish(uint64_t handled_seq) {
+  std::vector<pb::WorkerStatus> status;
+  std::vector<LearnerEndpoint> endpoints;
+  std::vector<const Worker*> ordered;
+  std::set<std::string> listed;
+  for (const std::string& name : order_) {
+    auto it = workers_.find(name);
+    if (it == workers_.end()) continue;
+    ordered.push_back(it->second.get());
+    listed.insert(name);
+  }
+  for (const auto& [name, worker] : workers_) {
+    if (listed.count(name) == 0) ordered.push_back(worker.get());
+  }
+  for (const Worker* worker : ordered) {
+    for (const auto& [index, replica] : worker->replicas) {
+      pb::WorkerStatus& entry = status.emplace_back();
+      entry.set_name(replica->spec->name);
+      entry.set_index(index);
+      entry.set_pid(replica->process != nullptr ? replica->process->pid() : 0);
+      entry.set_state(replica->state);
+      entry.set_restarts(replica->restarts);
+      entry.set_last_error(replica->last_error);
+    }
+    const WorkerSpec* spec = worker->spec.get();
+    if (spec == nullptr || !spec->learner) continue;
+    for (int index = 0; index < spec->replicas; ++index) {
+      endpoints.push_back(
+          {absl::StrCat(spec->name, "-", index),
+           absl::StrCat("127.0.0.1:", spec->port_base + index)});
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool changed =
+      !SameStatus(status, status_) || !(endpoints == endpoints_);
+  status_ = std::move(status);
+  endpoints_ = std::move(endpoints);
+  handled_seq_ = std::max(handled_seq_, handled_seq);
+  handled_.notify_all();
+  return changed;
+}
+
+}  // namespace aggregator
