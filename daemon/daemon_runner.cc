@@ -11,17 +11,17 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "lib/server/aggregator_server.h"
-#include "lib/config/config.h"
+#include "lib/base/version.h"
+#include "lib/config/config_loader.h"
 #include "lib/ops/logging.h"
 #include "lib/ops/metrics_http.h"
 #include "lib/ops/systemd_notifier.h"
-#include "lib/base/version.h"
+#include "lib/server/aggregator_server.h"
 
 namespace aggregator {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 
 constexpr char kEmbeddedSource[] = "<embedded default>";
 // The longest the signal loop sleeps between watchdog checks.
@@ -43,8 +43,17 @@ absl::StatusOr<AggregatorConfig> LoadConfig(const DaemonOptions& options) {
           ? ParseConfig(DefaultConfigYaml(), kEmbeddedSource)
           : LoadConfigFile(ResolveConfigPath(options.config_path));
   if (!config.ok()) return config;
-  if (!options.listen.empty()) config->listen = options.listen;
-  if (!options.log_level.empty()) config->log_level = options.log_level;
+  if (!options.listen.empty()) {
+    absl::StatusOr<HostPort> listen =
+        HostPort::Parse(options.listen, /*allow_port_zero=*/true);
+    if (!listen.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen: bad address \"", options.listen,
+                       "\": ", listen.status().message()));
+    }
+    config->listen = *std::move(listen);
+  }
+  if (!options.log_level.empty()) config->log.level = options.log_level;
   return config;
 }
 
@@ -69,13 +78,13 @@ class SignalLoop {
         period = std::min(
             period,
             std::chrono::duration_cast<std::chrono::milliseconds>(*interval));
-        if (Clock::now() >= next_ping_) {
+        if (Steady::now() >= next_ping_) {
           notifier.Watchdog();
-          next_ping_ = Clock::now() + *interval;
+          next_ping_ = Steady::now() + *interval;
         }
         period = std::min(period,
                           std::chrono::duration_cast<std::chrono::milliseconds>(
-                              next_ping_ - Clock::now()));
+                              next_ping_ - Steady::now()));
       }
       const timespec wait{static_cast<time_t>(period.count() / 1000),
                           static_cast<long>((period.count() % 1000) * 1000000)};
@@ -88,7 +97,7 @@ class SignalLoop {
  private:
   const SystemdNotifier& notifier_;
   sigset_t signals_;
-  Clock::time_point next_ping_ = Clock::now();
+  Steady::time_point next_ping_ = Steady::now();
 };
 
 }  // namespace
@@ -103,7 +112,7 @@ int RunDaemon(const DaemonOptions& options) {
                  std::string(config.status().message()).c_str());
     return 1;
   }
-  if (absl::Status logging = ConfigureLogging(config->log_level);
+  if (absl::Status logging = ConfigureLogging(config->log.level);
       !logging.ok()) {
     std::fprintf(stderr, "aggregatord: %s\n",
                  std::string(logging.message()).c_str());
@@ -118,7 +127,7 @@ int RunDaemon(const DaemonOptions& options) {
                config->source);
   std::atomic<AggregatorServer*> running{nullptr};
   std::atomic<bool> announced_ready{false};
-  const int min_learners = config->min_learners;
+  const int min_learners = config->service.min_learners;
   ServerHooks hooks;
   hooks.on_ready_change = [&](bool ready, size_t ready_learners,
                               size_t learners) {
@@ -128,7 +137,7 @@ int RunDaemon(const DaemonOptions& options) {
     // READY=1 on each transition to ready (systemd ignores repeats).
     if (ready != announced_ready.exchange(ready) && ready) notifier.Ready();
   };
-  hooks.reload = [&]() -> absl::StatusOr<aggregator::v1::ReloadReply> {
+  hooks.reload = [&]() -> absl::StatusOr<ReloadResult> {
     AggregatorServer* server = running.load();
     if (server == nullptr) {
       return absl::UnavailableError("aggregatord is still starting");
@@ -140,13 +149,13 @@ int RunDaemon(const DaemonOptions& options) {
     }
     notifier.Reloading();
     absl::StatusOr<AggregatorConfig> next = LoadConfig(options);
-    absl::StatusOr<aggregator::v1::ReloadReply> reply =
+    absl::StatusOr<ReloadResult> reply =
         next.ok() ? server->Reload(*next) : next.status();
     if (!next.ok()) server->metrics().Reloaded(false);
     if (reply.ok()) {
-      (void)ConfigureLogging(next->log_level);
+      (void)ConfigureLogging(next->log.level);
       spdlog::info("configuration reloaded (generation {}): {}",
-                   reply->config_generation(), reply->summary());
+                   reply->config_generation, reply->summary);
     } else {
       // One log line: each error of a bad file becomes a "; "-separated part.
       std::string message(reply.status().message());
@@ -169,8 +178,8 @@ int RunDaemon(const DaemonOptions& options) {
   }
   running = server->get();
   std::unique_ptr<MetricsHttpServer> metrics;
-  if (!config->metrics_listen.empty()) {
-    auto started = MetricsHttpServer::Start(config->metrics_listen,
+  if (config->metrics.listen.has_value()) {
+    auto started = MetricsHttpServer::Start(*config->metrics.listen,
                                             &(*server)->metrics().registry());
     if (!started.ok()) {
       spdlog::critical("{}", std::string(started.status().message()));
@@ -178,10 +187,8 @@ int RunDaemon(const DaemonOptions& options) {
       return 2;
     }
     metrics = std::move(*started);
-    spdlog::info(
-        "metrics on http://{}:{}/metrics",
-        config->metrics_listen.substr(0, config->metrics_listen.rfind(':')),
-        metrics->port());
+    spdlog::info("metrics on http://{}/metrics",
+                 config->metrics.listen->WithPort(metrics->port()).ToString());
   }
 
   int signo = 0;
@@ -197,7 +204,7 @@ int RunDaemon(const DaemonOptions& options) {
   std::atomic<bool> stopped{false};
   std::thread stopper([&] {
     const auto drain = (*server)->config_drain_timeout();
-    if (!(*server)->Drain(Clock::now() + drain)) {
+    if (!(*server)->Drain(Steady::now() + drain)) {
       spdlog::warn(
           "drain_timeout ({}ms) passed with calls still in flight: "
           "cancelling them",

@@ -7,6 +7,7 @@
 using namespace aggregator::testing;
 namespace pb = aggregator::v1;
 using aggregator::LearnerEndpoint;
+using aggregator::LearnerState;
 
 namespace {
 
@@ -17,7 +18,7 @@ struct Cluster {
     for (int i = 0; i < learners; ++i) {
       servers.push_back(StartLearner(options));
       endpoints.push_back(
-          {"learner" + std::to_string(i), servers.back()->address});
+          Endpoint("learner" + std::to_string(i), servers.back()->address));
     }
     config = FastConfig(endpoints, min_learners < 0 ? learners : min_learners);
   }
@@ -127,12 +128,12 @@ TEST_CASE(
     "An unreachable learner is failed after connect.timeout; the rest serve") {
   Cluster cluster(2, /*min_learners=*/2);
   const std::string dead = "127.0.0.1:" + std::to_string(ClosedPort());
-  cluster.config.learners.push_back({"ghost", dead});
+  cluster.config.learners.push_back(Endpoint("ghost", dead));
   const auto started = Clock::now();
   cluster.Start();
-  CHECK(StateOf(*cluster.aggregator, "ghost") != pb::LEARNER_STATE_READY);
+  CHECK(StateOf(*cluster.aggregator, "ghost") != LearnerState::kReady);
   REQUIRE(Eventually([&] {
-    return StateOf(*cluster.aggregator, "ghost") == pb::LEARNER_STATE_FAILED;
+    return StateOf(*cluster.aggregator, "ghost") == LearnerState::kFailed;
   }));
   const double failed_after = Seconds(Clock::now() - started);
   CHECK(failed_after >= 0.5);  // connect.timeout
@@ -146,10 +147,10 @@ TEST_CASE(
   // Status names the failed learner and why.
   bool found = false;
   for (const auto& status : cluster.aggregator->pool().Status()) {
-    if (status.id() != "ghost") continue;
+    if (status.id != "ghost") continue;
     found = true;
-    CHECK(status.address() == dead);
-    CHECK_THAT(status.last_error(), Catch::Contains("connection failed"));
+    CHECK(status.address.ToString() == dead);
+    CHECK_THAT(status.last_error, Catch::Contains("connection failed"));
   }
   CHECK(found);
 }
@@ -160,8 +161,9 @@ TEST_CASE("A learner's error reaches the coordinator promptly, naming it") {
   aggregator::ExampleLearnerOptions failing;
   failing.fail_on = "Learn";
   servers.push_back(StartLearner(failing));
-  auto config = FastConfig(
-      {{"good", servers[0]->address}, {"bad", servers[1]->address}}, 2);
+  auto config = FastConfig({Endpoint("good", servers[0]->address),
+                            Endpoint("bad", servers[1]->address)},
+                           2);
   auto server = StartReadyAggregator(config);
   auto stub = LearnerStub(server->address());
   GetData(*stub);
@@ -185,10 +187,10 @@ TEST_CASE("StartTask names every learner that failed") {
   servers.push_back(StartLearner(failing));
   servers.push_back(StartLearner());
   servers.push_back(StartLearner(failing));
-  auto server = StartReadyAggregator(FastConfig({{"a", servers[0]->address},
-                                                 {"b", servers[1]->address},
-                                                 {"c", servers[2]->address}},
-                                                3));
+  auto server = StartReadyAggregator(FastConfig(
+      {Endpoint("a", servers[0]->address), Endpoint("b", servers[1]->address),
+       Endpoint("c", servers[2]->address)},
+      3));
   auto stub = LearnerStub(server->address());
   pb::StartTaskReply reply;
   const grpc::Status status =
@@ -206,9 +208,10 @@ TEST_CASE("A hanging learner gives DEADLINE_EXCEEDED after call_timeout") {
   std::vector<std::unique_ptr<aggregator::ExampleLearnerServer>> servers;
   servers.push_back(StartLearner());
   servers.push_back(StartLearner(slow));
-  auto config = FastConfig(
-      {{"quick", servers[0]->address}, {"stuck", servers[1]->address}}, 2);
-  config.call_timeout = milliseconds(300);
+  auto config = FastConfig({Endpoint("quick", servers[0]->address),
+                            Endpoint("stuck", servers[1]->address)},
+                           2);
+  config.service.call_timeout = milliseconds(300);
   auto server = StartReadyAggregator(config);
   auto stub = LearnerStub(server->address());
 
@@ -224,7 +227,7 @@ TEST_CASE("A hanging learner gives DEADLINE_EXCEEDED after call_timeout") {
 
   SECTION("the coordinator's own, tighter deadline wins") {
     server->Shutdown(std::chrono::system_clock::now());
-    config.call_timeout = milliseconds(10000);
+    config.service.call_timeout = milliseconds(10000);
     server = StartReadyAggregator(config);
     stub = LearnerStub(server->address());
     started = Clock::now();
@@ -274,7 +277,7 @@ TEST_CASE("Learn is checked against the plan") {
 
 TEST_CASE("With no learner ready every call fails at once with UNAVAILABLE") {
   const std::string dead = "127.0.0.1:" + std::to_string(ClosedPort());
-  auto server = StartAggregator(FastConfig({{"ghost", dead}}, 1));
+  auto server = StartAggregator(FastConfig({Endpoint("ghost", dead)}, 1));
   CHECK_FALSE(server->ready());
   auto stub = LearnerStub(server->address());
   const auto started = Clock::now();
@@ -305,7 +308,7 @@ TEST_CASE(
              Catch::Contains("learner1 (" + lost_address));
   // Once the pool has seen it go, the plan itself is refused.
   REQUIRE(Eventually([&] {
-    return StateOf(*cluster.aggregator, "learner1") != pb::LEARNER_STATE_READY;
+    return StateOf(*cluster.aggregator, "learner1") != LearnerState::kReady;
   }));
   status = Learn(*cluster.stub, Batch(96, "x"), &reply);
   CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
@@ -319,7 +322,7 @@ TEST_CASE("A learner restarted on the same address is reconnected") {
   const std::string address = cluster.servers[0]->address;
   cluster.servers[0]->Shutdown();
   REQUIRE(Eventually([&] {
-    return StateOf(*cluster.aggregator, "learner0") != pb::LEARNER_STATE_READY;
+    return StateOf(*cluster.aggregator, "learner0") != LearnerState::kReady;
   }));
   cluster.servers[0] = StartLearner({}, address);
   REQUIRE(cluster.aggregator->WaitUntilReady(Clock::now() +
@@ -350,13 +353,15 @@ TEST_CASE("A tree of aggregators keeps the sample order end to end") {
     std::vector<LearnerEndpoint> endpoints;
     for (int l = 0; l < 2; ++l) {
       leaves.push_back(StartLearner());
-      endpoints.push_back({"leaf" + std::to_string(l), leaves.back()->address});
+      endpoints.push_back(
+          Endpoint("leaf" + std::to_string(l), leaves.back()->address));
     }
     middles.push_back(StartReadyAggregator(FastConfig(endpoints, 2)));
   }
-  auto top = StartReadyAggregator(FastConfig(
-      {{"middle0", middles[0]->address()}, {"middle1", middles[1]->address()}},
-      2));
+  auto top = StartReadyAggregator(
+      FastConfig({Endpoint("middle0", middles[0]->address()),
+                  Endpoint("middle1", middles[1]->address())},
+                 2));
   auto stub = LearnerStub(top->address());
 
   pb::Resource resource;
@@ -391,14 +396,16 @@ TEST_CASE(
   std::vector<std::unique_ptr<aggregator::ExampleLearnerServer>> servers;
   servers.push_back(StartLearner());
   servers.push_back(StartLearner(refusing));
-  auto server = StartReadyAggregator(FastConfig(
-      {{"fine", servers[0]->address}, {"mute", servers[1]->address}}, 1));
+  auto server =
+      StartReadyAggregator(FastConfig({Endpoint("fine", servers[0]->address),
+                                       Endpoint("mute", servers[1]->address)},
+                                      1));
   REQUIRE(Eventually(
-      [&] { return StateOf(*server, "mute") == pb::LEARNER_STATE_FAILED; }));
+      [&] { return StateOf(*server, "mute") == LearnerState::kFailed; }));
   for (const auto& status : server->pool().Status()) {
-    if (status.id() != "mute") continue;
+    if (status.id != "mute") continue;
     CHECK_THAT(
-        status.last_error(),
+        status.last_error,
         Catch::Contains("GetResource failed: INTERNAL: injected failure"));
   }
   auto stub = LearnerStub(server->address());

@@ -4,12 +4,14 @@
 
 using aggregator::AggregatorConfig;
 using aggregator::DescribeReload;
+using aggregator::HostPort;
 
 namespace {
 
 AggregatorConfig Base() {
   AggregatorConfig config;
-  config.learners = {{"a", "127.0.0.1:1"}, {"b", "127.0.0.1:2"}};
+  config.learners = {{"a", HostPort::Tcp("127.0.0.1", 1)},
+                     {"b", HostPort::Tcp("127.0.0.1", 2)}};
   aggregator::WorkerSpec worker;
   worker.name = "w";
   worker.command = {"sleep", "100"};
@@ -21,8 +23,8 @@ AggregatorConfig Base() {
 
 TEST_CASE("Fields that need a restart are refused, each by name") {
   AggregatorConfig next = Base();
-  next.listen = "127.0.0.1:9";
-  next.metrics_listen = "";
+  next.listen = HostPort::Tcp("127.0.0.1", 9);
+  next.metrics.listen.reset();
   auto refused = DescribeReload(Base(), next);
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
@@ -40,13 +42,14 @@ TEST_CASE("Fields that need a restart are refused, each by name") {
 TEST_CASE("A reload summary says what changes") {
   CHECK(*DescribeReload(Base(), Base()) == "no changes");
   AggregatorConfig next = Base();
-  next.learners = {{"b", "127.0.0.1:3"}, {"c", "127.0.0.1:4"}};
+  next.learners = {{"b", HostPort::Tcp("127.0.0.1", 3)},
+                   {"c", HostPort::Tcp("127.0.0.1", 4)}};
   next.workers[0].replicas = 3;
   aggregator::WorkerSpec extra;
   extra.name = "x";
   next.workers.push_back(extra);
-  next.call_timeout = std::chrono::seconds(5);
-  next.log_level = "debug";
+  next.service.call_timeout = std::chrono::seconds(5);
+  next.log.level = "debug";
   next.connect.backoff.jitter = 0;
   auto summary = DescribeReload(Base(), next);
   REQUIRE(summary.ok());

@@ -1,5 +1,3 @@
-#include "lib/config/config.h"
-
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
+#include "lib/config/config_loader.h"
 
 namespace aggregator {
 namespace {
@@ -68,21 +67,31 @@ void WriteText(const std::string& path, const std::string& text) {
   REQUIRE(out.good());
 }
 
+// Each learner's id and address as written.
+using LearnerText = std::pair<std::string, std::string>;
+std::vector<LearnerText> Learners(const AggregatorConfig& config) {
+  std::vector<LearnerText> out;
+  for (const LearnerEndpoint& learner : config.learners) {
+    out.emplace_back(learner.id, learner.address.ToString());
+  }
+  return out;
+}
+
 void CheckDefaults(const AggregatorConfig& config) {
-  CHECK(config.listen == "127.0.0.1:22272");
-  CHECK(config.min_learners == 1);
+  CHECK(config.listen.ToString() == "127.0.0.1:22272");
+  CHECK(config.service.min_learners == 1);
   CHECK(config.connect.timeout == milliseconds(30000));
   CHECK(config.connect.attempt_timeout == milliseconds(20000));
   CHECK(config.connect.backoff.initial == milliseconds(1000));
   CHECK(config.connect.backoff.multiplier == 1.6);
   CHECK(config.connect.backoff.jitter == 0.2);
   CHECK(config.connect.backoff.max == milliseconds(120000));
-  CHECK(config.call_timeout == milliseconds(60000));
+  CHECK(config.service.call_timeout == milliseconds(60000));
   CHECK(config.max_message_bytes == 1073741824);
-  CHECK(config.homogeneous_keys ==
+  CHECK(config.service.merge.homogeneous_keys ==
         std::vector<std::string>{"learner_step", "buffer_id", "task_id",
                                  "learner_done"});
-  CHECK(config.log_level == "info");
+  CHECK(config.log.level == "info");
 }
 
 TEST_CASE("An empty or comment-only text is the default configuration",
@@ -146,22 +155,23 @@ merge:
 log:
   level: debug
 )");
-  CHECK(config.listen == "[::1]:0");
-  CHECK(config.learners ==
-        std::vector<LearnerEndpoint>{{"a", "10.0.0.1:5000"},
-                                     {"b", "[fe80::1%eth0]:5001"},
-                                     {"c", "unix:/run/learner.sock"}});
-  CHECK(config.min_learners == 3);
+  CHECK(config.listen.ToString() == "[::1]:0");
+  CHECK(Learners(config) ==
+        std::vector<LearnerText>{{"a", "10.0.0.1:5000"},
+                                 {"b", "[fe80::1%eth0]:5001"},
+                                 {"c", "unix:/run/learner.sock"}});
+  CHECK(config.service.min_learners == 3);
   CHECK(config.connect.timeout == milliseconds(120000));
   CHECK(config.connect.attempt_timeout == milliseconds(1500));
   CHECK(config.connect.backoff.initial == milliseconds(250));
   CHECK(config.connect.backoff.multiplier == 2.0);
   CHECK(config.connect.backoff.jitter == 0.0);
   CHECK(config.connect.backoff.max == milliseconds(3600000));
-  CHECK(config.call_timeout == milliseconds(90000));
+  CHECK(config.service.call_timeout == milliseconds(90000));
   CHECK(config.max_message_bytes == 536870912);
-  CHECK(config.homogeneous_keys == std::vector<std::string>{"step", "task id"});
-  CHECK(config.log_level == "debug");
+  CHECK(config.service.merge.homogeneous_keys ==
+        std::vector<std::string>{"step", "task id"});
+  CHECK(config.log.level == "debug");
 }
 
 TEST_CASE("Omitted keys keep their defaults next to written ones", "[config]") {
@@ -175,9 +185,9 @@ TEST_CASE("Omitted keys keep their defaults next to written ones", "[config]") {
   CHECK(config.connect.backoff.initial == milliseconds(1000));
   CHECK(config.connect.backoff.multiplier == 1.6);
   CHECK(config.connect.timeout == milliseconds(30000));
-  CHECK(config.homogeneous_keys.empty());
-  CHECK(config.min_learners == 1);
-  CHECK(config.listen == "127.0.0.1:22272");
+  CHECK(config.service.merge.homogeneous_keys.empty());
+  CHECK(config.service.min_learners == 1);
+  CHECK(config.listen.ToString() == "127.0.0.1:22272");
 }
 
 TEST_CASE("Durations take a unit and millisecond resolution", "[config]") {
@@ -190,7 +200,7 @@ TEST_CASE("Durations take a unit and millisecond resolution", "[config]") {
         Case{"2m", 120000}, Case{"1h", 3600000}, Case{"1h30m", 5400000},
         Case{"1000us", 1}, Case{"8760h", 31536000000}}) {
     INFO(c.text);
-    CHECK(Parse(std::string("call_timeout: ") + c.text).call_timeout ==
+    CHECK(Parse(std::string("call_timeout: ") + c.text).service.call_timeout ==
           milliseconds(c.ms));
   }
 }
@@ -268,11 +278,11 @@ TEST_CASE("Addresses are host:port, [v6]:port or unix:/path", "[config]") {
                                     "\"\nlearners: [{id: x, "
                                     "address: \"" +
                                     good + "\"}]");
-    CHECK(config.listen == good);
-    CHECK(config.learners.at(0).address == good);
+    CHECK(config.listen.ToString() == good);
+    CHECK(config.learners.at(0).address.ToString() == good);
   }
   // Only the listen address may ask for any free port.
-  CHECK(Parse("listen: 0.0.0.0:0").listen == "0.0.0.0:0");
+  CHECK(Parse("listen: 0.0.0.0:0").listen.ToString() == "0.0.0.0:0");
 
   struct Case {
     const char* address;
@@ -473,9 +483,9 @@ TEST_CASE("min_learners cannot exceed the learners listed", "[config]") {
   CHECK(Error("min_learners: 1") ==
         "test.yaml:1:15: min_learners: 1 is more than the number of learners "
         "listed (0)");
-  CHECK(Parse("min_learners: 0").min_learners == 0);
+  CHECK(Parse("min_learners: 0").service.min_learners == 0);
   // Left at its default, it is not checked: learners may be added on reload.
-  CHECK(Parse("learners: []").min_learners == 1);
+  CHECK(Parse("learners: []").service.min_learners == 1);
 }
 
 TEST_CASE("Every error is reported, in document order", "[config]") {
@@ -564,7 +574,7 @@ min_learners: 4
   CHECK(helper.restart == RestartPolicy::kNever);
   CHECK_FALSE(helper.learner);
   // 1 listed + 3 learner replicas.
-  CHECK(config.min_learners == 4);
+  CHECK(config.service.min_learners == 4);
 }
 
 TEST_CASE("Workers: omitted fields take their defaults", "[config][workers]") {
@@ -578,7 +588,7 @@ TEST_CASE("Workers: omitted fields take their defaults", "[config][workers]") {
   CHECK(w.port_base == 0);
   CHECK(w.restart == RestartPolicy::kOnFailure);
   CHECK(w.backoff ==
-        WorkerBackoffOptions{milliseconds(1000), 2.0, milliseconds(30000)});
+        BackoffOptions{milliseconds(1000), 2.0, 0.0, milliseconds(30000)});
   CHECK(w.max_restarts == 5);
   CHECK(w.restart_window == milliseconds(60000));
   CHECK(w.min_uptime == milliseconds(1000));
@@ -827,7 +837,7 @@ TEST_CASE("Workers: min_learners counts learner worker replicas",
       "  - {name: l, command: [x], replicas: 2, port_base: 22300, learner: "
       "true}\n"
       "  - {name: other, command: [x], replicas: 5}\n";
-  CHECK(Parse(yaml + "min_learners: 3\n").min_learners == 3);
+  CHECK(Parse(yaml + "min_learners: 3\n").service.min_learners == 3);
   CHECK(Error(yaml + "min_learners: 4\n") ==
         "test.yaml:5:15: min_learners: 4 is more than the number of learners "
         "(1 listed + 2 replicas of learner workers)");
@@ -864,7 +874,7 @@ TEST_CASE("Only one YAML document is allowed", "[config]") {
         "test.yaml:3:1: only one YAML document is allowed; remove the \"---\" "
         "separator");
   // A trailing separator with nothing after it is harmless.
-  CHECK(Parse("listen: \"h:1\"\n---\n").listen == "h:1");
+  CHECK(Parse("listen: \"h:1\"\n---\n").listen.ToString() == "h:1");
 }
 
 TEST_CASE("LoadConfigFile reads a file and names it", "[config]") {
@@ -876,9 +886,9 @@ TEST_CASE("LoadConfigFile reads a file and names it", "[config]") {
   INFO(config.status().ToString());
   REQUIRE(config.ok());
   CHECK(config->source == path);
-  CHECK(config->learners ==
-        std::vector<LearnerEndpoint>{{"only", "unix:/tmp/only.sock"}});
-  CHECK(config->min_learners == 1);
+  CHECK(Learners(*config) ==
+        std::vector<LearnerText>{{"only", "unix:/tmp/only.sock"}});
+  CHECK(config->service.min_learners == 1);
 
   WriteText(path, "call_timeout: 5\n");
   config = LoadConfigFile(path);
@@ -932,13 +942,15 @@ TEST_CASE("drain_timeout and metrics.listen are read; \"\" turns metrics off",
       "drain_timeout: 5s\nmetrics: {listen: \"127.0.0.1:0\"}\n", "test.yaml");
   REQUIRE(config.ok());
   CHECK(config->drain_timeout == std::chrono::seconds(5));
-  CHECK(config->metrics_listen == "127.0.0.1:0");
+  REQUIRE(config->metrics.listen.has_value());
+  CHECK(config->metrics.listen->ToString() == "127.0.0.1:0");
   auto off = aggregator::ParseConfig("metrics: {listen: \"\"}\n", "test.yaml");
   REQUIRE(off.ok());
-  CHECK(off->metrics_listen.empty());
+  CHECK_FALSE(off->metrics.listen.has_value());
   auto defaults = aggregator::ParseConfig("", "test.yaml");
   REQUIRE(defaults.ok());
-  CHECK(defaults->metrics_listen == "127.0.0.1:22273");
+  REQUIRE(defaults->metrics.listen.has_value());
+  CHECK(defaults->metrics.listen->ToString() == "127.0.0.1:22273");
   CHECK(defaults->drain_timeout == std::chrono::seconds(30));
   auto bad = aggregator::ParseConfig("metrics:\n  listen: nope\n", "test.yaml");
   REQUIRE_FALSE(bad.ok());

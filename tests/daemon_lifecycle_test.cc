@@ -93,11 +93,14 @@ class NotifySocket {
   int fd_ = -1;
 };
 
-std::string Config(const std::vector<aggregator::LearnerEndpoint>& learners,
+// A learner's id and address.
+using Learner = std::pair<std::string, std::string>;
+
+std::string Config(const std::vector<Learner>& learners,
                    const std::string& extra = "") {
   std::string yaml = "listen: \"127.0.0.1:0\"\nlearners:\n";
   for (const auto& l : learners) {
-    yaml += "  - {id: " + l.id + ", address: \"" + l.address + "\"}\n";
+    yaml += "  - {id: " + l.first + ", address: \"" + l.second + "\"}\n";
   }
   return yaml +
          "min_learners: 1\nconnect: {backoff: {initial: 50ms, max: 200ms}}\n"

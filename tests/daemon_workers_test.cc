@@ -29,9 +29,9 @@ extern "C" {
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "lib/server/aggregator_server.h"
 #include "lib/config/config.h"
 #include "lib/process/subprocess.h"
+#include "lib/server/aggregator_server.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 #include "tests/log_capture.h"
@@ -43,7 +43,7 @@ namespace {
 namespace pb = aggregator::v1;
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -140,12 +140,12 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
   const int port_base = FreePortPair();
   AggregatorConfig config;
   config.source = "daemon_workers_test";
-  config.listen = "127.0.0.1:0";
-  config.min_learners = 2;
+  config.listen = HostPort::Tcp("127.0.0.1", 0);
+  config.service.min_learners = 2;
   config.connect.timeout = milliseconds(10000);
   config.connect.backoff =
       BackoffOptions{milliseconds(50), 1.6, 0.0, milliseconds(200)};
-  config.call_timeout = milliseconds(5000);
+  config.service.call_timeout = milliseconds(5000);
   WorkerSpec learner;
   learner.name = "learner";
   // A data dependency: in the test's runfiles, the working directory.
@@ -154,7 +154,7 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
   learner.port_base = port_base;
   learner.learner = true;
   // Long enough for the pool to see the old connection drop first.
-  learner.backoff = {milliseconds(500), 2.0, milliseconds(5000)};
+  learner.backoff = {milliseconds(500), 2.0, 0.0, milliseconds(5000)};
   learner.min_uptime = milliseconds(200);
   learner.stop_timeout = milliseconds(5000);
   config.workers = {learner};
@@ -164,7 +164,7 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
   INFO(started.status().ToString());
   REQUIRE(started.ok());
   AggregatorServer& server = **started;
-  REQUIRE(server.WaitUntilReady(Clock::now() + kLongWait));
+  REQUIRE(server.WaitUntilReady(Steady::now() + kLongWait));
   auto channel =
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = pb::Learner::NewStub(channel);
@@ -213,17 +213,17 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
             .WaitFor(absl::StrCat("[learner-1] example_learner listening on "
                                   "127.0.0.1:",
                                   port_base + 1),
-                     1, Clock::now() + kLongWait)
+                     1, Steady::now() + kLongWait)
             .size() > 0);
 
-  const std::vector<pb::WorkerStatus> workers = server.workers().Status();
+  const std::vector<WorkerSnapshot> workers = server.workers().Status();
   server.Shutdown(std::chrono::system_clock::now() + seconds(5));
-  for (const pb::WorkerStatus& worker : workers) {
-    CHECK(testing::ExitsWithin(worker.pid(), milliseconds(0)));
+  for (const WorkerSnapshot& worker : workers) {
+    CHECK(testing::ExitsWithin(worker.pid, milliseconds(0)));
   }
-  for (const pb::WorkerStatus& worker : server.workers().Status()) {
-    CHECK(worker.state() == pb::WORKER_STATE_STOPPED);
-    CHECK(worker.pid() == 0);
+  for (const WorkerSnapshot& worker : server.workers().Status()) {
+    CHECK(worker.state == WorkerState::kStopped);
+    CHECK(worker.pid == 0);
   }
 }
 
@@ -245,7 +245,7 @@ std::unique_ptr<Subprocess> StartDaemon(const std::vector<std::string>& args,
 // contained it (in any order); returns those lines, in the order of `texts`.
 std::vector<std::string> ReadLogUntilAll(
     Subprocess& daemon, const std::vector<std::string>& texts) {
-  const Clock::time_point deadline = Clock::now() + kLongWait;
+  const Steady::time_point deadline = Steady::now() + kLongWait;
   std::vector<std::string> found(texts.size());
   size_t missing = texts.size();
   while (missing > 0) {
@@ -309,7 +309,7 @@ TEST_CASE("Workers die with a SIGKILLed aggregatord") {
 
   // Only the daemon: the workers lead process groups of their own.
   REQUIRE(daemon->Signal(SIGKILL).ok());
-  absl::StatusOr<ExitStatus> exit = daemon->Wait(Clock::now() + kLongWait);
+  absl::StatusOr<ExitStatus> exit = daemon->Wait(Steady::now() + kLongWait);
   REQUIRE(exit.ok());
   CHECK(exit->signal == SIGKILL);
   for (pid_t pid : workers) {
@@ -326,7 +326,7 @@ TEST_CASE("A SIGTERMed aggregatord stops its workers and exits 0") {
   const std::vector<pid_t> workers = StartSleepers(*daemon);
   REQUIRE(daemon->Signal(SIGTERM).ok());
   ReadLogUntil(*daemon, "all workers stopped");
-  absl::StatusOr<ExitStatus> exit = daemon->Wait(Clock::now() + kLongWait);
+  absl::StatusOr<ExitStatus> exit = daemon->Wait(Steady::now() + kLongWait);
   REQUIRE(exit.ok());
   CHECK(exit->ok());
   for (pid_t pid : workers) {
@@ -362,7 +362,7 @@ TEST_CASE("The default configuration finds example_learner in the runfiles") {
                       "--listen 127.0.0.1:" +
                       std::to_string(port_base)) != std::string::npos);
   REQUIRE(daemon->Signal(SIGTERM).ok());
-  absl::StatusOr<ExitStatus> exit = daemon->Wait(Clock::now() + kLongWait);
+  absl::StatusOr<ExitStatus> exit = daemon->Wait(Steady::now() + kLongWait);
   REQUIRE(exit.ok());
   CHECK(exit->ok());
 }

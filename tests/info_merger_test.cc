@@ -8,6 +8,7 @@
 namespace {
 
 using aggregator::InfoMerger;
+using aggregator::MergeConfig;
 using google::protobuf::Struct;
 
 Struct Json(const std::string& json) {
@@ -38,7 +39,7 @@ void RequireMerged(const std::vector<std::string>& inputs,
                    const std::string& expected) {
   std::vector<Struct> infos;
   for (const auto& input : inputs) infos.push_back(Json(input));
-  InfoMerger merger({"learner_step", "buffer_id", "task_id", "learner_done"});
+  InfoMerger merger(MergeConfig{});
   auto merged = MergeAll(infos, merger);
   REQUIRE(merged.ok());
   INFO("merged: " << ToJson(merged->info));
@@ -67,7 +68,7 @@ TEST_CASE(
 }
 
 TEST_CASE("A homogeneous key that disagrees keeps the first and warns") {
-  InfoMerger merger({"learner_step"});
+  InfoMerger merger(MergeConfig{{"learner_step"}});
   auto merged = MergeAll(
       {Json(R"({"learner_step": 4})"), Json(R"({"learner_step": 5})")}, merger);
   REQUIRE(merged.ok());
@@ -79,7 +80,7 @@ TEST_CASE("A homogeneous key that disagrees keeps the first and warns") {
 }
 
 TEST_CASE("Homogeneous keys are configurable") {
-  InfoMerger merger({"epoch"});
+  InfoMerger merger(MergeConfig{{"epoch"}});
   auto merged = MergeAll({Json(R"({"epoch": 1, "learner_step": 7})"),
                           Json(R"({"epoch": 1, "learner_step": 7})")},
                          merger);
@@ -106,7 +107,7 @@ TEST_CASE("The first learner's empty dict does not drop the others' keys") {
 TEST_CASE(
     "Nulls merge: among scalars they are entries, beside lists absences") {
   RequireMerged({R"({"v": null})", R"({"v": 3})"}, R"({"v": [null, 3]})");
-  InfoMerger merger({});
+  InfoMerger merger(MergeConfig{{}});
   auto merged =
       MergeAll({Json(R"({"p": null})"), Json(R"({"p": [1, 2]})")}, merger);
   REQUIRE(merged.ok());
@@ -117,7 +118,7 @@ TEST_CASE(
 }
 
 TEST_CASE("A list missing from one learner is reported, not silently dropped") {
-  InfoMerger merger({});
+  InfoMerger merger(MergeConfig{{}});
   auto merged = MergeAll(
       {Json(R"({"p": [1]})"), Json(R"({})"), Json(R"({"p": [2]})")}, merger);
   REQUIRE(merged.ok());
@@ -128,7 +129,7 @@ TEST_CASE("A list missing from one learner is reported, not silently dropped") {
 }
 
 TEST_CASE("List against scalar is an error naming the key and both learners") {
-  InfoMerger merger({});
+  InfoMerger merger(MergeConfig{{}});
   auto merged = MergeAll(
       {Json(R"({"a": {"p": [1, 2]}})"), Json(R"({"a": {"p": 3}})")}, merger);
   REQUIRE_FALSE(merged.ok());
@@ -139,7 +140,7 @@ TEST_CASE("List against scalar is an error naming the key and both learners") {
 }
 
 TEST_CASE("Map against list is an error; a scalar before a map too") {
-  InfoMerger merger({});
+  InfoMerger merger(MergeConfig{{}});
   auto map_list =
       MergeAll({Json(R"({"a": {"x": 1}})"), Json(R"({"a": [1]})")}, merger);
   REQUIRE_FALSE(map_list.ok());
@@ -155,14 +156,14 @@ TEST_CASE("Map against list is an error; a scalar before a map too") {
 TEST_CASE("One learner and no learners merge too") {
   RequireMerged({R"({"loss": 1, "p": [1, 2], "learner_step": 3})"},
                 R"({"loss": [1], "p": [1, 2], "learner_step": 3})");
-  InfoMerger merger({});
+  InfoMerger merger(MergeConfig{{}});
   auto merged = MergeAll({}, merger);
   REQUIRE(merged.ok());
   CHECK(merged->info.fields().empty());
 }
 
 TEST_CASE("Mismatched inputs are an error, not a crash") {
-  InfoMerger merger({});
+  InfoMerger merger(MergeConfig{{}});
   Struct s;
   auto merged = merger.Merge({&s}, {"a", "b"});
   CHECK_FALSE(merged.ok());

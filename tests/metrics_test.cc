@@ -68,8 +68,8 @@ TEST_CASE("The metrics endpoint serves the registry and passes promtool") {
   metrics.SetLearners("ready", 2);
   metrics.SetWorkerRestarts("learner", 0, 3);
   metrics.Reloaded(false);
-  auto server =
-      aggregator::MetricsHttpServer::Start("127.0.0.1:0", &metrics.registry());
+  auto server = aggregator::MetricsHttpServer::Start(
+      aggregator::HostPort::Tcp("127.0.0.1", 0), &metrics.registry());
   REQUIRE(server.ok());
   httplib::Client client("127.0.0.1", (*server)->port());
   client.set_connection_timeout(5);
@@ -112,8 +112,8 @@ TEST_CASE(
   std::future<bool> finished = done->get_future();
   std::thread([done, &registry] {
     for (int i = 0; i < 200; ++i) {
-      auto server =
-          aggregator::MetricsHttpServer::Start("127.0.0.1:0", &registry);
+      auto server = aggregator::MetricsHttpServer::Start(
+          aggregator::HostPort::Tcp("127.0.0.1", 0), &registry);
       if (!server.ok()) {
         done->set_value(false);
         return;

@@ -32,7 +32,7 @@ extern "C" {
 namespace aggregator {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -55,14 +55,14 @@ std::unique_ptr<Subprocess> StartOrDie(const SubprocessOptions& options) {
 
 std::string ReadLineOrDie(Subprocess& process, bool from_stderr = false) {
   absl::StatusOr<std::string> line =
-      process.ReadLine(Clock::now() + kLongWait, from_stderr);
+      process.ReadLine(Steady::now() + kLongWait, from_stderr);
   INFO(line.status().ToString());
   REQUIRE(line.ok());
   return *line;
 }
 
 ExitStatus WaitOrDie(Subprocess& process) {
-  absl::StatusOr<ExitStatus> status = process.Wait(Clock::now() + kLongWait);
+  absl::StatusOr<ExitStatus> status = process.Wait(Steady::now() + kLongWait);
   INFO(status.status().ToString());
   REQUIRE(status.ok());
   return *status;
@@ -70,12 +70,12 @@ ExitStatus WaitOrDie(Subprocess& process) {
 
 // Reads everything from `fd` until EOF, within kLongWait.
 std::string ReadAll(int fd) {
-  const Clock::time_point deadline = Clock::now() + kLongWait;
+  const Steady::time_point deadline = Steady::now() + kLongWait;
   std::string data;
   for (;;) {
     struct pollfd pfd = {fd, POLLIN, 0};
     const auto left =
-        std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+        std::chrono::duration_cast<milliseconds>(deadline - Steady::now());
     REQUIRE(left.count() > 0);
     REQUIRE(poll(&pfd, 1, static_cast<int>(left.count())) == 1);
     char chunk[256];
@@ -180,7 +180,7 @@ TEST_CASE(
   CHECK(WaitOrDie(*process).ok());
   std::vector<std::string> changed;
   for (;;) {
-    absl::StatusOr<std::string> line = env->ReadLine(Clock::now() + kLongWait);
+    absl::StatusOr<std::string> line = env->ReadLine(Steady::now() + kLongWait);
     if (!line.ok()) {
       CHECK(line.status().code() == absl::StatusCode::kOutOfRange);
       break;
@@ -217,9 +217,9 @@ TEST_CASE(
   CHECK(ReadLineOrDie(*process) == "two");
   CHECK(ReadLineOrDie(*process) == "");
   CHECK(ReadLineOrDie(*process) == "three");
-  auto end = process->ReadLine(Clock::now() + kLongWait);
+  auto end = process->ReadLine(Steady::now() + kLongWait);
   CHECK(end.status().code() == absl::StatusCode::kOutOfRange);
-  end = process->ReadLine(Clock::now() + kLongWait);
+  end = process->ReadLine(Steady::now() + kLongWait);
   CHECK(end.status().code() == absl::StatusCode::kOutOfRange);
   CHECK(WaitOrDie(*process).ok());
 }
@@ -227,9 +227,9 @@ TEST_CASE(
 TEST_CASE("ReadLine gives up at its deadline on a silent child") {
   auto process = StartOrDie(Shell("echo started; exec sleep 1000"));
   REQUIRE(ReadLineOrDie(*process) == "started");
-  const Clock::time_point start = Clock::now();
+  const Steady::time_point start = Steady::now();
   auto line = process->ReadLine(start + milliseconds(300));
-  const Clock::duration elapsed = Clock::now() - start;
+  const Steady::duration elapsed = Steady::now() - start;
   CHECK(line.status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(elapsed >= milliseconds(300));
   CHECK(elapsed < milliseconds(1300));
@@ -240,7 +240,7 @@ TEST_CASE("ReadLine reads stderr separately from stdout") {
   auto process = StartOrDie(Shell("echo to-stderr >&2; echo to-stdout"));
   CHECK(ReadLineOrDie(*process, /*from_stderr=*/true) == "to-stderr");
   CHECK(ReadLineOrDie(*process) == "to-stdout");
-  CHECK(process->ReadLine(Clock::now() + kLongWait, true).status().code() ==
+  CHECK(process->ReadLine(Steady::now() + kLongWait, true).status().code() ==
         absl::StatusCode::kOutOfRange);
   CHECK(WaitOrDie(*process).ok());
 }
@@ -248,9 +248,9 @@ TEST_CASE("ReadLine reads stderr separately from stdout") {
 TEST_CASE("Wait returns DEADLINE_EXCEEDED promptly on a running child") {
   auto process = StartOrDie(Shell("exec sleep 1000"));
   CHECK(process->running());
-  const Clock::time_point start = Clock::now();
+  const Steady::time_point start = Steady::now();
   auto status = process->Wait(start + milliseconds(300));
-  const Clock::duration elapsed = Clock::now() - start;
+  const Steady::duration elapsed = Steady::now() - start;
   CHECK(status.status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(elapsed >= milliseconds(300));
   CHECK(elapsed < milliseconds(1300));
@@ -266,9 +266,9 @@ TEST_CASE("Stop SIGKILLs a child that ignores SIGTERM after the grace period") {
       Shell("trap '' TERM; echo ready; while :; do sleep 0.1; done"));
   REQUIRE(ReadLineOrDie(*process) == "ready");
   const milliseconds grace(500);
-  const Clock::time_point start = Clock::now();
+  const Steady::time_point start = Steady::now();
   const ExitStatus status = process->Stop(grace);
-  const Clock::duration elapsed = Clock::now() - start;
+  const Steady::duration elapsed = Steady::now() - start;
   CHECK(status.ToString() == "killed by SIGKILL");
   CHECK(elapsed >= grace);
   CHECK(elapsed < grace + seconds(1));
@@ -422,7 +422,7 @@ TEST_CASE("die_with_parent kills the child when the starting thread exits") {
 
   // The control: without it the child outlives the thread.
   auto survives = start_in_thread(false);
-  CHECK(survives->Wait(Clock::now() + milliseconds(200)).status().code() ==
+  CHECK(survives->Wait(Steady::now() + milliseconds(200)).status().code() ==
         absl::StatusCode::kDeadlineExceeded);
   CHECK(survives->Stop(seconds(5)).signal == SIGTERM);
 }
@@ -447,7 +447,7 @@ TEST_CASE("Output is inherited when not captured") {
   auto process = StartOrDie(options);
   CHECK(process->stdout_fd() == -1);
   CHECK(process->stderr_fd() == -1);
-  CHECK(process->ReadLine(Clock::now()).status().code() ==
+  CHECK(process->ReadLine(Steady::now()).status().code() ==
         absl::StatusCode::kFailedPrecondition);
   CHECK(WaitOrDie(*process).ok());
 }

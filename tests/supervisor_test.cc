@@ -30,7 +30,7 @@
 namespace aggregator {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -121,20 +121,20 @@ std::vector<RecvPayload> RecvAllOrDie(
   return std::move(*results);
 }
 
-double ElapsedSeconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+double ElapsedSeconds(Steady::time_point start) {
+  return std::chrono::duration<double>(Steady::now() - start).count();
 }
 
 // A clock the test moves by hand.
 class ManualClock {
  public:
-  Clock::time_point Now() const {
+  Steady::time_point Now() const {
     return base_ + std::chrono::nanoseconds(offset_ns_.load());
   }
   void Advance(std::chrono::nanoseconds by) { offset_ns_ += by.count(); }
 
  private:
-  const Clock::time_point base_ = Clock::now();
+  const Steady::time_point base_ = Steady::now();
   std::atomic<int64_t> offset_ns_{0};
 };
 
@@ -357,7 +357,7 @@ TEST_CASE("Blocking calls time out") {
     blocked.push_back(Payload(i, "block"));
     SendOrDie(supervisor, blocked.back());
   }
-  Clock::time_point start = Clock::now();
+  Steady::time_point start = Steady::now();
   absl::StatusOr<std::vector<RecvPayload>> failed =
       supervisor.RecvAll(blocked, false, nullptr, milliseconds(300));
   CHECK(ElapsedSeconds(start) >= 0.29);
@@ -366,7 +366,7 @@ TEST_CASE("Blocking calls time out") {
   CHECK_THAT(std::string(failed.status().message()),
              Catch::Contains("300ms") && Catch::Contains("3 of 3") &&
                  Catch::Contains(blocked[0].req_id));
-  start = Clock::now();
+  start = Steady::now();
   // Process children sleep through "_shutdown" and go at SIGTERM; threads
   // are woken from their sleep.
   CHECK(supervisor.Shutdown(milliseconds(400)).ok());
@@ -376,7 +376,7 @@ TEST_CASE("Blocking calls time out") {
   StartOrDie(supervisor);
   std::vector<SendPayload> payloads = {Payload(0, "block"), Step(1), Step(2)};
   for (SendPayload& payload : payloads) SendOrDie(supervisor, payload);
-  start = Clock::now();
+  start = Steady::now();
   const std::vector<RecvPayload> results = RecvAllOrDie(
       supervisor, payloads, /*ignore_err=*/true, nullptr, milliseconds(300));
   CHECK(ElapsedSeconds(start) >= 0.29);
@@ -392,7 +392,7 @@ TEST_CASE("Blocking calls time out") {
   CHECK(results[2].ok());
 
   // Recv times out too.
-  start = Clock::now();
+  start = Steady::now();
   CHECK(absl::IsDeadlineExceeded(
       supervisor.Recv(false, milliseconds(100)).status()));
   CHECK(ElapsedSeconds(start) >= 0.09);
@@ -419,7 +419,7 @@ TEST_CASE("The timeout is a total for the call, not per reply") {
       clock.Advance(seconds(6));
     }
   };
-  const Clock::time_point start = Clock::now();
+  const Steady::time_point start = Steady::now();
   const std::vector<RecvPayload> results = RecvAllOrDie(
       supervisor, payloads, /*ignore_err=*/true, callback, seconds(10));
   // A per-reply timeout would have waited 10 real seconds for the third.
@@ -509,7 +509,7 @@ TEST_CASE("A thread child that does not stop in time is detached, reported") {
   SendPayload busy = Payload(0, "busy_ms", MakeArgs({NumberValue(500)}));
   SendOrDie(supervisor, busy);
   REQUIRE(supervisor.WaitRunning(0, kLongWait).ok());
-  const Clock::time_point start = Clock::now();
+  const Steady::time_point start = Steady::now();
   const absl::Status status = supervisor.Shutdown(milliseconds(100));
   CHECK(ElapsedSeconds(start) < 1);
   CHECK(absl::IsDeadlineExceeded(status));
@@ -549,7 +549,7 @@ TEST_CASE("Killing a child mid-write 50 times never stalls the others") {
     double expected = 1;
     while (!stop.load()) {
       std::vector<SendPayload> payloads = {Step(1), Step(2)};
-      const Clock::time_point start = Clock::now();
+      const Steady::time_point start = Steady::now();
       absl::Status status;
       for (SendPayload& payload : payloads) {
         if (status.ok()) status = supervisor.Send(payload);
@@ -791,7 +791,7 @@ TEST_CASE("Restart completes the pending requests of the old start") {
   StartOrDie(supervisor);
   SendPayload block = Payload(0, "block");
   SendOrDie(supervisor, block);
-  const Clock::time_point start = Clock::now();
+  const Steady::time_point start = Steady::now();
   // A process sleeps through "_shutdown" and goes at SIGTERM; a thread's
   // sleep is cut short by the stop request.
   REQUIRE(supervisor.Restart(0, milliseconds(400)).ok());
@@ -822,7 +822,7 @@ TEST_CASE("Shutdown kills a child that ignores SIGTERM after the timeout") {
   SendPayload block = Payload(0, "block");
   SendOrDie(supervisor, block);
 
-  const Clock::time_point start = Clock::now();
+  const Steady::time_point start = Steady::now();
   REQUIRE(supervisor.Shutdown(milliseconds(400)).ok());
   const double elapsed = ElapsedSeconds(start);
   CHECK(elapsed >= 0.39);
@@ -874,15 +874,16 @@ TEST_CASE("WorkerChannel carries frames larger than the socket buffer") {
   // The writer blocks on a full buffer until the reader catches up.
   absl::Status written;
   std::thread writer([&] {
-    written = peer.Write(big, Clock::now() + kLongWait);
-    if (written.ok()) written = peer.Write(small, Clock::now() + kLongWait);
+    written = peer.Write(big, Steady::now() + kLongWait);
+    if (written.ok()) written = peer.Write(small, Steady::now() + kLongWait);
   });
   v1::WorkerReply got;
-  const absl::Status first = pair.channel->Read(&got, Clock::now() + kLongWait);
+  const absl::Status first =
+      pair.channel->Read(&got, Steady::now() + kLongWait);
   const bool big_ok = first.ok() && got.req_id() == "big" &&
                       got.data().string_value() == big.data().string_value();
   const absl::Status second =
-      pair.channel->Read(&got, Clock::now() + kLongWait);
+      pair.channel->Read(&got, Steady::now() + kLongWait);
   writer.join();
   CHECK(written.ok());
   CHECK(big_ok);
@@ -895,8 +896,8 @@ TEST_CASE("WorkerChannel reports ends, cut frames, garbage and deadlines") {
     ChannelPair pair = MakePair();
     close(pair.peer);
     v1::WorkerReply got;
-    CHECK(
-        absl::IsOutOfRange(pair.channel->Read(&got, Clock::now() + kLongWait)));
+    CHECK(absl::IsOutOfRange(
+        pair.channel->Read(&got, Steady::now() + kLongWait)));
   }
   SECTION("a frame cut short is discarded, not waited for") {
     ChannelPair pair = MakePair();
@@ -906,7 +907,7 @@ TEST_CASE("WorkerChannel reports ends, cut frames, garbage and deadlines") {
     close(pair.peer);
     v1::WorkerReply got;
     const absl::Status status =
-        pair.channel->Read(&got, Clock::now() + kLongWait);
+        pair.channel->Read(&got, Steady::now() + kLongWait);
     CHECK(absl::IsDataLoss(status));
     CHECK_THAT(std::string(status.message()),
                Catch::Contains("ended inside a frame"));
@@ -919,7 +920,7 @@ TEST_CASE("WorkerChannel reports ends, cut frames, garbage and deadlines") {
     REQUIRE(write(pair.peer, huge, sizeof(huge)) == sizeof(huge));
     v1::WorkerReply got;
     const absl::Status status =
-        pair.channel->Read(&got, Clock::now() + kLongWait);
+        pair.channel->Read(&got, Steady::now() + kLongWait);
     CHECK(absl::IsDataLoss(status));
     CHECK_THAT(std::string(status.message()),
                Catch::Contains("over the limit"));
@@ -930,9 +931,9 @@ TEST_CASE("WorkerChannel reports ends, cut frames, garbage and deadlines") {
     const char header[2] = {5, 0};
     REQUIRE(write(pair.peer, header, sizeof(header)) == sizeof(header));
     v1::WorkerReply got;
-    const Clock::time_point start = Clock::now();
+    const Steady::time_point start = Steady::now();
     CHECK(absl::IsDeadlineExceeded(
-        pair.channel->Read(&got, Clock::now() + milliseconds(50))));
+        pair.channel->Read(&got, Steady::now() + milliseconds(50))));
     CHECK(ElapsedSeconds(start) >= 0.049);
     CHECK(pair.channel->partial_bytes() == 2);
     // The rest arrives: the frame is whole.
@@ -944,7 +945,7 @@ TEST_CASE("WorkerChannel reports ends, cut frames, garbage and deadlines") {
     REQUIRE(write(pair.peer, rest, sizeof(rest)) == sizeof(rest));
     REQUIRE(write(pair.peer, bytes.data(), bytes.size()) ==
             static_cast<ssize_t>(bytes.size()));
-    REQUIRE(pair.channel->Read(&got, Clock::now() + kLongWait).ok());
+    REQUIRE(pair.channel->Read(&got, Steady::now() + kLongWait).ok());
     CHECK(got.req_id() == "abc");
     close(pair.peer);
   }
@@ -954,21 +955,21 @@ TEST_CASE("WorkerChannel reports ends, cut frames, garbage and deadlines") {
     v1::WorkerRequest request;
     request.set_method("step");
     CHECK(absl::IsUnavailable(
-        pair.channel->Write(request, Clock::now() + kLongWait)));
+        pair.channel->Write(request, Steady::now() + kLongWait)));
   }
   SECTION("a write the peer does not take times out; mid-frame it breaks") {
     ChannelPair pair = MakePair();
     v1::WorkerRequest request;
     request.mutable_args()->add_values()->set_string_value(
         std::string(16 << 20, 'x'));
-    const Clock::time_point start = Clock::now();
+    const Steady::time_point start = Steady::now();
     const absl::Status status =
-        pair.channel->Write(request, Clock::now() + milliseconds(50));
+        pair.channel->Write(request, Steady::now() + milliseconds(50));
     CHECK(absl::IsDeadlineExceeded(status));
     CHECK(ElapsedSeconds(start) >= 0.049);
     CHECK(pair.channel->broken());
     CHECK(absl::IsFailedPrecondition(
-        pair.channel->Write(request, Clock::now() + kLongWait)));
+        pair.channel->Write(request, Steady::now() + kLongWait)));
     close(pair.peer);
   }
 }

@@ -10,11 +10,12 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "lib/server/aggregator_server.h"
 #include "lib/config/config.h"
+#include "lib/server/aggregator_server.h"
 #include "proto/learner.grpc.pb.h"
 #include "tools/example_learner_service.h"
 
@@ -23,19 +24,27 @@ namespace aggregator::testing {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// A learner at `address` ("host:port"), for configurations.
+inline LearnerEndpoint Endpoint(std::string id, const std::string& address) {
+  absl::StatusOr<HostPort> parsed =
+      HostPort::Parse(address, /*allow_port_zero=*/false);
+  REQUIRE(parsed.ok());
+  return LearnerEndpoint{std::move(id), *std::move(parsed)};
+}
+
 // A configuration that reconnects fast, so tests finish in well under a second.
 inline AggregatorConfig FastConfig(std::vector<LearnerEndpoint> learners,
                                    int min_learners) {
   AggregatorConfig config;
   config.source = "test";
-  config.listen = "127.0.0.1:0";
+  config.listen = HostPort::Tcp("127.0.0.1", 0);
   config.learners = std::move(learners);
-  config.min_learners = min_learners;
+  config.service.min_learners = min_learners;
   config.connect.timeout = milliseconds(500);
   config.connect.attempt_timeout = milliseconds(1000);
   config.connect.backoff =
       BackoffOptions{milliseconds(50), 1.6, 0.0, milliseconds(200)};
-  config.call_timeout = milliseconds(2000);
+  config.service.call_timeout = milliseconds(2000);
   return config;
 }
 
@@ -126,12 +135,12 @@ bool Eventually(Condition condition,
   return condition();
 }
 
-inline aggregator::v1::LearnerState StateOf(AggregatorServer& server,
-                                            const std::string& id) {
-  for (const auto& status : server.pool().Status()) {
-    if (status.id() == id) return status.state();
+inline std::optional<LearnerState> StateOf(AggregatorServer& server,
+                                           const std::string& id) {
+  for (const LearnerSnapshot& status : server.pool().Status()) {
+    if (status.id == id) return status.state;
   }
-  return aggregator::v1::LEARNER_STATE_UNSPECIFIED;
+  return std::nullopt;
 }
 
 inline double Seconds(Clock::duration d) {

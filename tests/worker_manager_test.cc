@@ -38,9 +38,8 @@ extern "C" {
 namespace aggregator {
 namespace {
 
-namespace pb = aggregator::v1;
 using Catch::Matchers::Contains;
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -52,7 +51,7 @@ class Logs {
  public:
   std::string WaitFor(const std::string& prefix, size_t skip = 0) {
     return testing::CapturedLogs().WaitFor(prefix, skip,
-                                           Clock::now() + kLongWait);
+                                           Steady::now() + kLongWait);
   }
   size_t Count(const std::string& prefix) {
     return testing::CapturedLogs().Count(prefix);
@@ -105,7 +104,7 @@ WorkerSpec Shell(const std::string& name, const std::string& script) {
   WorkerSpec spec;
   spec.name = name;
   spec.command = {"/bin/sh", "-c", script};
-  spec.backoff = {milliseconds(1000), 2.0, milliseconds(30000)};
+  spec.backoff = {milliseconds(1000), 2.0, 0.0, milliseconds(30000)};
   spec.min_uptime = milliseconds(1000);
   spec.stop_timeout = milliseconds(5000);
   return spec;
@@ -134,10 +133,10 @@ class Harness {
     };
     manager_ = std::make_unique<WorkerManager>(std::move(options));
   }
-  ~Harness() { manager_->Shutdown(Clock::now() + kLongWait); }
+  ~Harness() { manager_->Shutdown(Steady::now() + kLongWait); }
 
   WorkerManager& manager() { return *manager_; }
-  FakeWorkerClock& clock() { return clock_; }
+  FakeClock& clock() { return clock_; }
   int changes() {
     std::lock_guard<std::mutex> lock(mu_);
     return changes_;
@@ -145,7 +144,7 @@ class Harness {
   // Waits until on_change has been called more than `seen` times.
   bool WaitForChangesAfter(int seen) {
     std::unique_lock<std::mutex> lock(mu_);
-    return changed_.wait_until(lock, Clock::now() + kLongWait,
+    return changed_.wait_until(lock, Steady::now() + kLongWait,
                                [&] { return changes_ > seen; });
   }
 
@@ -160,12 +159,12 @@ class Harness {
     clock_.Advance(delta);
     Sync();
   }
-  void Sync() { REQUIRE(manager_->Sync(Clock::now() + kLongWait).ok()); }
+  void Sync() { REQUIRE(manager_->Sync(Steady::now() + kLongWait).ok()); }
 
   // Waits until `done` holds for Status(); false at the deadline.
   bool WaitFor(
-      const std::function<bool(const std::vector<pb::WorkerStatus>&)>& done) {
-    const Clock::time_point deadline = Clock::now() + kLongWait;
+      const std::function<bool(const std::vector<WorkerSnapshot>&)>& done) {
+    const Steady::time_point deadline = Steady::now() + kLongWait;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       const int seen = changes_;
@@ -180,47 +179,46 @@ class Harness {
   }
   // Waits until replica `index` of `name` is in `state` (with `restarts`
   // restarts, unless -1) and returns its status.
-  pb::WorkerStatus WaitForState(const std::string& name, int index,
-                                pb::WorkerState state, int restarts = -1) {
-    pb::WorkerStatus found;
+  WorkerSnapshot WaitForState(const std::string& name, int index,
+                              WorkerState state, int restarts = -1) {
+    WorkerSnapshot found;
     const bool reached = WaitFor([&](const auto& all) {
-      for (const pb::WorkerStatus& status : all) {
-        if (status.name() == name && status.index() == index &&
-            status.state() == state &&
-            (restarts < 0 || status.restarts() == restarts)) {
+      for (const WorkerSnapshot& status : all) {
+        if (status.name == name && status.index == index &&
+            status.state == state &&
+            (restarts < 0 || status.restarts == restarts)) {
           found = status;
           return true;
         }
       }
       return false;
     });
-    INFO(name << "-" << index << " never reached "
-              << pb::WorkerState_Name(state) << " with restarts " << restarts
-              << "; status: " << Describe());
+    INFO(name << "-" << index << " never reached " << WorkerStateName(state)
+              << " with restarts " << restarts << "; status: " << Describe());
     REQUIRE(reached);
     return found;
   }
   // The current status of one replica (which must exist).
-  pb::WorkerStatus Get(const std::string& name, int index) {
-    for (const pb::WorkerStatus& status : manager_->Status()) {
-      if (status.name() == name && status.index() == index) return status;
+  WorkerSnapshot Get(const std::string& name, int index) {
+    for (const WorkerSnapshot& status : manager_->Status()) {
+      if (status.name == name && status.index == index) return status;
     }
     FAIL("no replica " << name << "-" << index << "; status: " << Describe());
     return {};
   }
   std::string Describe() {
     std::string text;
-    for (const pb::WorkerStatus& status : manager_->Status()) {
-      absl::StrAppend(&text, status.name(), "-", status.index(), " ",
-                      pb::WorkerState_Name(status.state()), " pid ",
-                      status.pid(), " restarts ", status.restarts(), " (",
-                      status.last_error(), "); ");
+    for (const WorkerSnapshot& status : manager_->Status()) {
+      absl::StrAppend(&text, status.name, "-", status.index, " ",
+                      WorkerStateName(status.state), " pid ", status.pid,
+                      " restarts ", status.restarts, " (", status.last_error,
+                      "); ");
     }
     return text;
   }
 
  private:
-  FakeWorkerClock clock_;  // outlives manager_
+  FakeClock clock_;  // outlives manager_
   std::mutex mu_;
   std::condition_variable changed_;
   int changes_ = 0;
@@ -359,25 +357,25 @@ TEST_CASE("A worker program is found in the runfiles directory") {
   spec.restart = RestartPolicy::kOnFailure;
   spec.max_restarts = 0;
   harness.Apply({spec});
-  const pb::WorkerStatus status =
-      harness.WaitForState("rf-missing", 0, pb::WORKER_STATE_FAILED, 0);
-  CHECK_THAT(status.last_error(),
+  const WorkerSnapshot status =
+      harness.WaitForState("rf-missing", 0, WorkerState::kFailed, 0);
+  CHECK_THAT(status.last_error,
              Contains("cannot start: cannot find the program "
                       "'wm_test_bin/missing' in the working directory ") &&
                  Contains(" or in the runfiles directory " + runfiles) &&
                  Contains("max_restarts 0"));
-  CHECK(status.pid() == 0);
+  CHECK(status.pid == 0);
 }
 
 TEST_CASE("A crash loop restarts after growing delays, then fails") {
   Harness harness;
   WorkerSpec spec = Shell("crash", "echo crashing; exit 3");
-  spec.backoff = {milliseconds(1000), 2.0, milliseconds(5000)};
+  spec.backoff = {milliseconds(1000), 2.0, 0.0, milliseconds(5000)};
   spec.max_restarts = 4;
   spec.restart_window = milliseconds(60000);
   harness.Apply({spec});
   CHECK(Starts("crash") == 1);
-  harness.WaitForState("crash", 0, pb::WORKER_STATE_BACKOFF, 1);
+  harness.WaitForState("crash", 0, WorkerState::kBackoff, 1);
 
   // initial, x2, x2, then capped at max.
   const std::vector<milliseconds> delays = {
@@ -387,24 +385,24 @@ TEST_CASE("A crash loop restarts after growing delays, then fails") {
     INFO("restart " << i + 1 << " after " << delays[i].count() << "ms");
     harness.Advance(delays[i] - milliseconds(1));
     CHECK(Starts("crash") == i + 1);
-    CHECK(harness.Get("crash", 0).state() == pb::WORKER_STATE_BACKOFF);
+    CHECK(harness.Get("crash", 0).state == WorkerState::kBackoff);
     harness.Advance(milliseconds(1));
     CHECK(Starts("crash") == i + 2);
     if (i + 1 < delays.size()) {
-      harness.WaitForState("crash", 0, pb::WORKER_STATE_BACKOFF, i + 2);
+      harness.WaitForState("crash", 0, WorkerState::kBackoff, i + 2);
     }
   }
   // The fifth exit would be the fifth restart within the window.
-  const pb::WorkerStatus failed =
-      harness.WaitForState("crash", 0, pb::WORKER_STATE_FAILED, 4);
-  CHECK(failed.pid() == 0);
-  CHECK_THAT(failed.last_error(),
+  const WorkerSnapshot failed =
+      harness.WaitForState("crash", 0, WorkerState::kFailed, 4);
+  CHECK(failed.pid == 0);
+  CHECK_THAT(failed.last_error,
              Contains("exit code 3 after 0s, sooner than min_uptime 1s") &&
                  Contains("not restarted: it would be restart 5 within 1m "
                           "(max_restarts 4)"));
   harness.Advance(milliseconds(3600 * 1000));
   CHECK(Starts("crash") == 5);
-  CHECK(harness.Get("crash", 0).state() == pb::WORKER_STATE_FAILED);
+  CHECK(harness.Get("crash", 0).state == WorkerState::kFailed);
   CHECK(ZombieChildren().empty());
 }
 
@@ -417,30 +415,30 @@ TEST_CASE("Restarts older than restart_window do not count") {
   auto exit_after = [&](milliseconds uptime, int ready_count) {
     REQUIRE(!Logs{}.WaitFor("[window-0] ready", ready_count - 1).empty());
     harness.Advance(uptime);
-    const pid_t pid = harness.Get("window", 0).pid();
+    const pid_t pid = harness.Get("window", 0).pid;
     REQUIRE(pid > 0);
     REQUIRE(kill(pid, SIGUSR1) == 0);
   };
   exit_after(milliseconds(20000), 1);
-  harness.WaitForState("window", 0, pb::WORKER_STATE_BACKOFF, 1);
+  harness.WaitForState("window", 0, WorkerState::kBackoff, 1);
   // A start that ran min_uptime resets the backoff: 1s again.
   harness.Advance(milliseconds(1000));
   exit_after(milliseconds(20000), 2);
   // The first restart was 21s ago, outside the 10s window: allowed.
-  harness.WaitForState("window", 0, pb::WORKER_STATE_BACKOFF, 2);
+  harness.WaitForState("window", 0, WorkerState::kBackoff, 2);
   harness.Advance(milliseconds(1000));
   exit_after(milliseconds(0), 3);
   // The second restart was 0s ago: a third would exceed max_restarts 1.
-  const pb::WorkerStatus failed =
-      harness.WaitForState("window", 0, pb::WORKER_STATE_FAILED, 2);
-  CHECK_THAT(failed.last_error(),
+  const WorkerSnapshot failed =
+      harness.WaitForState("window", 0, WorkerState::kFailed, 2);
+  CHECK_THAT(failed.last_error,
              Contains("exit code 3 after 0s, sooner than min_uptime 1s"));
 }
 
 TEST_CASE("The backoff grows over failed starts and resets after a good one") {
   Harness harness;
   WorkerSpec spec = OnUsr1Exit("reset", 3);
-  spec.backoff = {milliseconds(1000), 3.0, milliseconds(60000)};
+  spec.backoff = {milliseconds(1000), 3.0, 0.0, milliseconds(60000)};
   harness.Apply({spec});
   auto restart_after = [&](milliseconds delay, size_t starts) {
     harness.Advance(delay - milliseconds(1));
@@ -450,23 +448,23 @@ TEST_CASE("The backoff grows over failed starts and resets after a good one") {
   };
   // Two failed starts: 1s, then 3s.
   REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 0).empty());
-  REQUIRE(kill(harness.Get("reset", 0).pid(), SIGUSR1) == 0);
-  harness.WaitForState("reset", 0, pb::WORKER_STATE_BACKOFF, 1);
+  REQUIRE(kill(harness.Get("reset", 0).pid, SIGUSR1) == 0);
+  harness.WaitForState("reset", 0, WorkerState::kBackoff, 1);
   restart_after(milliseconds(1000), 2);
   REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 1).empty());
-  REQUIRE(kill(harness.Get("reset", 0).pid(), SIGUSR1) == 0);
-  harness.WaitForState("reset", 0, pb::WORKER_STATE_BACKOFF, 2);
+  REQUIRE(kill(harness.Get("reset", 0).pid, SIGUSR1) == 0);
+  harness.WaitForState("reset", 0, WorkerState::kBackoff, 2);
   restart_after(milliseconds(3000), 3);
   // This one runs min_uptime: RUNNING exactly then, and the next delay is 1s.
   REQUIRE(!Logs{}.WaitFor("[reset-0] ready", 2).empty());
   harness.Advance(milliseconds(999));
-  CHECK(harness.Get("reset", 0).state() == pb::WORKER_STATE_STARTING);
+  CHECK(harness.Get("reset", 0).state == WorkerState::kStarting);
   harness.Advance(milliseconds(1));
-  CHECK(harness.Get("reset", 0).state() == pb::WORKER_STATE_RUNNING);
-  REQUIRE(kill(harness.Get("reset", 0).pid(), SIGUSR1) == 0);
-  const pb::WorkerStatus status =
-      harness.WaitForState("reset", 0, pb::WORKER_STATE_BACKOFF, 3);
-  CHECK(status.last_error() == "exit code 3 after 1s");
+  CHECK(harness.Get("reset", 0).state == WorkerState::kRunning);
+  REQUIRE(kill(harness.Get("reset", 0).pid, SIGUSR1) == 0);
+  const WorkerSnapshot status =
+      harness.WaitForState("reset", 0, WorkerState::kBackoff, 3);
+  CHECK(status.last_error == "exit code 3 after 1s");
   restart_after(milliseconds(1000), 4);
 }
 
@@ -478,18 +476,17 @@ TEST_CASE(
   WorkerSpec clean = OnUsr1Exit("never-clean", 0);
   clean.restart = RestartPolicy::kNever;
   harness.Apply({failing, clean});
-  const pb::WorkerStatus failed =
-      harness.WaitForState("never-fail", 0, pb::WORKER_STATE_FAILED, 0);
-  CHECK(failed.last_error() ==
-        "exit code 3 after 0s, sooner than min_uptime 1s");
+  const WorkerSnapshot failed =
+      harness.WaitForState("never-fail", 0, WorkerState::kFailed, 0);
+  CHECK(failed.last_error == "exit code 3 after 0s, sooner than min_uptime 1s");
 
   REQUIRE(!Logs{}.WaitFor("[never-clean-0] ready").empty());
   harness.Advance(milliseconds(1000));
-  REQUIRE(kill(harness.Get("never-clean", 0).pid(), SIGUSR1) == 0);
-  const pb::WorkerStatus stopped =
-      harness.WaitForState("never-clean", 0, pb::WORKER_STATE_STOPPED, 0);
-  CHECK(stopped.pid() == 0);
-  CHECK(stopped.last_error().empty());
+  REQUIRE(kill(harness.Get("never-clean", 0).pid, SIGUSR1) == 0);
+  const WorkerSnapshot stopped =
+      harness.WaitForState("never-clean", 0, WorkerState::kStopped, 0);
+  CHECK(stopped.pid == 0);
+  CHECK(stopped.last_error.empty());
 
   harness.Advance(milliseconds(3600 * 1000));
   CHECK(Starts("never-fail") == 1);
@@ -506,20 +503,20 @@ TEST_CASE("restart: on-failure restarts failures, not a clean exit") {
     REQUIRE(!Logs{}.WaitFor(absl::StrCat("[", name, "-0] ready")).empty());
   }
   // exit 0 sooner than min_uptime is a failed start: restarted.
-  REQUIRE(kill(harness.Get("onf-early", 0).pid(), SIGUSR1) == 0);
-  CHECK(harness.WaitForState("onf-early", 0, pb::WORKER_STATE_BACKOFF, 1)
-            .last_error() == "exit code 0 after 0s, sooner than min_uptime 1s");
+  REQUIRE(kill(harness.Get("onf-early", 0).pid, SIGUSR1) == 0);
+  CHECK(harness.WaitForState("onf-early", 0, WorkerState::kBackoff, 1)
+            .last_error == "exit code 0 after 0s, sooner than min_uptime 1s");
 
   harness.Advance(milliseconds(5000));
   // exit 0 after min_uptime: stopped for good.
-  REQUIRE(kill(harness.Get("onf-clean", 0).pid(), SIGUSR1) == 0);
-  const pb::WorkerStatus stopped =
-      harness.WaitForState("onf-clean", 0, pb::WORKER_STATE_STOPPED, 0);
-  CHECK(stopped.pid() == 0);
+  REQUIRE(kill(harness.Get("onf-clean", 0).pid, SIGUSR1) == 0);
+  const WorkerSnapshot stopped =
+      harness.WaitForState("onf-clean", 0, WorkerState::kStopped, 0);
+  CHECK(stopped.pid == 0);
   // A signal is a failure whatever the uptime.
-  REQUIRE(kill(harness.Get("onf-killed", 0).pid(), SIGKILL) == 0);
-  CHECK(harness.WaitForState("onf-killed", 0, pb::WORKER_STATE_BACKOFF, 1)
-            .last_error() == "killed by SIGKILL after 5s");
+  REQUIRE(kill(harness.Get("onf-killed", 0).pid, SIGKILL) == 0);
+  CHECK(harness.WaitForState("onf-killed", 0, WorkerState::kBackoff, 1)
+            .last_error == "killed by SIGKILL after 5s");
   harness.Advance(milliseconds(1000));
   CHECK(Starts("onf-killed") == 2);
   CHECK(Starts("onf-clean") == 1);
@@ -534,15 +531,15 @@ TEST_CASE("restart: always restarts a clean exit too") {
   }()});
   REQUIRE(!Logs{}.WaitFor("[always-0] ready").empty());
   harness.Advance(milliseconds(2000));
-  CHECK(harness.Get("always", 0).state() == pb::WORKER_STATE_RUNNING);
-  REQUIRE(kill(harness.Get("always", 0).pid(), SIGUSR1) == 0);
-  const pb::WorkerStatus status =
-      harness.WaitForState("always", 0, pb::WORKER_STATE_BACKOFF, 1);
-  CHECK(status.last_error().empty());
+  CHECK(harness.Get("always", 0).state == WorkerState::kRunning);
+  REQUIRE(kill(harness.Get("always", 0).pid, SIGUSR1) == 0);
+  const WorkerSnapshot status =
+      harness.WaitForState("always", 0, WorkerState::kBackoff, 1);
+  CHECK(status.last_error.empty());
   harness.Advance(milliseconds(1000));
   CHECK(Starts("always") == 2);
   REQUIRE(!Logs{}.WaitFor("[always-0] ready", 1).empty());
-  CHECK(harness.Get("always", 0).state() == pb::WORKER_STATE_STARTING);
+  CHECK(harness.Get("always", 0).state == WorkerState::kStarting);
 }
 
 TEST_CASE("Stdout and stderr lines reach the log with the replica's name") {
@@ -556,7 +553,7 @@ TEST_CASE("Stdout and stderr lines reach the log with the replica's name") {
   CHECK(Logs{}.WaitFor("[out-0] second") == "[out-0] second");
   // A last line without a newline is logged when the stream ends.
   CHECK(Logs{}.WaitFor("[out-0] tail") == "[out-0] tail");
-  harness.WaitForState("out", 0, pb::WORKER_STATE_FAILED);
+  harness.WaitForState("out", 0, WorkerState::kFailed);
 }
 
 TEST_CASE("A worker ignoring SIGTERM is killed after stop_timeout") {
@@ -567,14 +564,14 @@ TEST_CASE("A worker ignoring SIGTERM is killed after stop_timeout") {
   harness.Apply({spec});
   const pid_t grandchild =
       PidInLine(Logs{}.WaitFor("[stubborn-0] grandchild "));
-  const pid_t pid = harness.Get("stubborn", 0).pid();
+  const pid_t pid = harness.Get("stubborn", 0).pid;
   REQUIRE(pid > 0);
 
   harness.Apply({});  // removes it: SIGTERM, ignored
   harness.Advance(milliseconds(4999));
-  const pb::WorkerStatus stopping = harness.Get("stubborn", 0);
-  CHECK(stopping.state() == pb::WORKER_STATE_STOPPED);
-  CHECK(stopping.pid() == pid);
+  const WorkerSnapshot stopping = harness.Get("stubborn", 0);
+  CHECK(stopping.state == WorkerState::kStopped);
+  CHECK(stopping.pid == pid);
   CHECK_FALSE(testing::ExitsWithin(pid, milliseconds(100)));
   harness.Advance(milliseconds(1));
   CHECK(testing::ExitsWithin(pid, kLongWait));
@@ -597,12 +594,12 @@ TEST_CASE("Shutdown kills at stop_timeout or the deadline, whichever first") {
   harness.Apply({quick, slow});
   REQUIRE(!Logs{}.WaitFor("[quick-kill-0] ready").empty());
   REQUIRE(!Logs{}.WaitFor("[slow-kill-0] ready").empty());
-  const pid_t quick_pid = harness.Get("quick-kill", 0).pid();
-  const pid_t slow_pid = harness.Get("slow-kill", 0).pid();
+  const pid_t quick_pid = harness.Get("quick-kill", 0).pid;
+  const pid_t slow_pid = harness.Get("slow-kill", 0).pid;
 
-  const Clock::time_point start = Clock::now();
+  const Steady::time_point start = Steady::now();
   harness.manager().Shutdown(start + milliseconds(1500));
-  const auto took = Clock::now() - start;
+  const auto took = Steady::now() - start;
   CHECK(took >= milliseconds(1500));
   CHECK(took < milliseconds(1500) + seconds(5));
   CHECK(Logs{}.Count("worker quick-kill-0 (pid " + std::to_string(quick_pid) +
@@ -611,13 +608,13 @@ TEST_CASE("Shutdown kills at stop_timeout or the deadline, whichever first") {
                      "): shutdown deadline reached") == 1);
   CHECK(testing::ExitsWithin(quick_pid, milliseconds(0)));
   CHECK(testing::ExitsWithin(slow_pid, milliseconds(0)));
-  for (const pb::WorkerStatus& status : harness.manager().Status()) {
-    CHECK(status.state() == pb::WORKER_STATE_STOPPED);
-    CHECK(status.pid() == 0);
+  for (const WorkerSnapshot& status : harness.manager().Status()) {
+    CHECK(status.state == WorkerState::kStopped);
+    CHECK(status.pid == 0);
   }
   CHECK(ZombieChildren().empty());
   // Idempotent, and no more workers afterwards.
-  harness.manager().Shutdown(Clock::now());
+  harness.manager().Shutdown(Steady::now());
   CHECK(harness.manager().Apply({quick}).code() ==
         absl::StatusCode::kFailedPrecondition);
 }
@@ -633,11 +630,11 @@ TEST_CASE("Grandchildren die with their worker, on shutdown and on exit") {
   const pid_t orphan = PidInLine(Logs{}.WaitFor("[orphaner-0] grandchild "));
   const pid_t grandchild = PidInLine(Logs{}.WaitFor("[family-0] grandchild "));
   // The leader exited: what is left of its group is killed.
-  harness.WaitForState("orphaner", 0, pb::WORKER_STATE_FAILED);
+  harness.WaitForState("orphaner", 0, WorkerState::kFailed);
   CHECK(testing::ExitsWithin(orphan, kLongWait));
 
-  const pid_t pid = harness.Get("family", 0).pid();
-  harness.manager().Shutdown(Clock::now() + kLongWait);
+  const pid_t pid = harness.Get("family", 0).pid;
+  harness.manager().Shutdown(Steady::now() + kLongWait);
   CHECK(testing::ExitsWithin(pid, milliseconds(0)));
   CHECK(testing::ExitsWithin(grandchild, kLongWait));
   CHECK(ZombieChildren().empty());
@@ -651,37 +648,39 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
   spec.learner = true;
   WorkerSpec other = Shell("other", "sleep 1000 & wait");
   harness.Apply({spec, other});
-  const pid_t first = harness.Get("scale", 0).pid();
+  const pid_t first = harness.Get("scale", 0).pid;
   REQUIRE(first > 0);
   CHECK(harness.manager().LearnerEndpoints() ==
-        std::vector<LearnerEndpoint>{{"scale-0", "127.0.0.1:40000"}});
+        std::vector<LearnerEndpoint>{
+            {"scale-0", HostPort::Tcp("127.0.0.1", 40000)}});
 
   const int changes = harness.changes();
   spec.replicas = 3;
   harness.Apply({spec, other});
   CHECK(harness.manager().LearnerEndpoints() ==
-        std::vector<LearnerEndpoint>{{"scale-0", "127.0.0.1:40000"},
-                                     {"scale-1", "127.0.0.1:40001"},
-                                     {"scale-2", "127.0.0.1:40002"}});
+        std::vector<LearnerEndpoint>{
+            {"scale-0", HostPort::Tcp("127.0.0.1", 40000)},
+            {"scale-1", HostPort::Tcp("127.0.0.1", 40001)},
+            {"scale-2", HostPort::Tcp("127.0.0.1", 40002)}});
   // on_change runs on the manager thread after Apply has returned.
   CHECK(harness.WaitForChangesAfter(changes));
   CHECK(Logs{}.WaitFor("[scale-2] up 2") == "[scale-2] up 2");
-  std::vector<pb::WorkerStatus> status = harness.manager().Status();
+  std::vector<WorkerSnapshot> status = harness.manager().Status();
   REQUIRE(status.size() == 4);
-  CHECK(status[0].index() == 0);
-  CHECK(status[0].pid() == first);  // untouched
-  CHECK(status[1].index() == 1);
-  CHECK(status[2].index() == 2);
-  CHECK(status[3].name() == "other");
-  const pid_t second = status[1].pid();
-  const pid_t third = status[2].pid();
+  CHECK(status[0].index == 0);
+  CHECK(status[0].pid == first);  // untouched
+  CHECK(status[1].index == 1);
+  CHECK(status[2].index == 2);
+  CHECK(status[3].name == "other");
+  const pid_t second = status[1].pid;
+  const pid_t third = status[2].pid;
 
   spec.replicas = 1;
   harness.Apply({spec, other});
   CHECK(testing::ExitsWithin(second, kLongWait));
   CHECK(testing::ExitsWithin(third, kLongWait));
   CHECK(harness.WaitFor([](const auto& all) { return all.size() == 2; }));
-  CHECK(harness.Get("scale", 0).pid() == first);
+  CHECK(harness.Get("scale", 0).pid == first);
   CHECK(harness.manager().LearnerEndpoints().size() == 1);
 
   // Any other change restarts the replicas with fresh counts.
@@ -689,21 +688,21 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
   harness.Apply({spec, other});
   CHECK(Logs{}.WaitFor("[scale-0] up r0") == "[scale-0] up r0");
   CHECK(testing::ExitsWithin(first, kLongWait));
-  const pb::WorkerStatus restarted =
-      harness.WaitForState("scale", 0, pb::WORKER_STATE_STARTING, 0);
-  CHECK(restarted.pid() != first);
-  CHECK(restarted.pid() > 0);
+  const WorkerSnapshot restarted =
+      harness.WaitForState("scale", 0, WorkerState::kStarting, 0);
+  CHECK(restarted.pid != first);
+  CHECK(restarted.pid > 0);
 
   // Removing a worker stops it; the other keeps its process.
-  const pid_t other_pid = harness.Get("other", 0).pid();
+  const pid_t other_pid = harness.Get("other", 0).pid;
   harness.Apply({other});
-  CHECK(testing::ExitsWithin(restarted.pid(), kLongWait));
+  CHECK(testing::ExitsWithin(restarted.pid, kLongWait));
   CHECK(harness.WaitFor([](const auto& all) { return all.size() == 1; }));
-  CHECK(harness.Get("other", 0).pid() == other_pid);
+  CHECK(harness.Get("other", 0).pid == other_pid);
   CHECK(harness.manager().LearnerEndpoints().empty());
   // The same specs again change nothing.
   harness.Apply({other});
-  CHECK(harness.Get("other", 0).pid() == other_pid);
+  CHECK(harness.Get("other", 0).pid == other_pid);
 
   // replicas: 0 keeps the worker declared and runs nothing.
   other.replicas = 0;

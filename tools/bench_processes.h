@@ -1,5 +1,6 @@
 // The processes the bench measures: example learners and aggregatord, each a
-// real child process (lib/process/subprocess.h), plus what the bench reads about them
+// real child process (lib/process/subprocess.h), plus what the bench reads
+// about them
 // (/proc memory figures, log lines, health) and the aggregator.yaml it writes.
 //
 // Every wait takes a deadline. Ownership: each object owns its child; its

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/config/config.h"
+#include "lib/config/config_loader.h"
 #include "tools/bench_processes.h"
 #include "tools/bench_report.h"
 
@@ -77,8 +77,8 @@ TEST_CASE("the config the bench writes is valid and needs every learner") {
   INFO(yaml);
   REQUIRE(config.ok());
   CHECK(config->learners.size() == 3);
-  CHECK(config->learners[2].address == "127.0.0.1:1002");
-  CHECK(config->min_learners == 3);
+  CHECK(config->learners[2].address.ToString() == "127.0.0.1:1002");
+  CHECK(config->service.min_learners == 3);
   CHECK(config->connect.backoff.initial.count() <= 10);
   CHECK(config->max_message_bytes == int64_t{1} << 30);
 }

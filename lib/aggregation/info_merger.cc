@@ -188,8 +188,9 @@ class MergePass {
 
 }  // namespace
 
-InfoMerger::InfoMerger(std::vector<std::string> homogeneous_keys)
-    : homogeneous_keys_(homogeneous_keys.begin(), homogeneous_keys.end()) {}
+InfoMerger::InfoMerger(const MergeConfig& config)
+    : homogeneous_keys_(config.homogeneous_keys.begin(),
+                        config.homogeneous_keys.end()) {}
 
 absl::StatusOr<MergedInfo> InfoMerger::Merge(
     const std::vector<google::protobuf::Struct*>& infos,

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/config/config.h"
 
 namespace aggregator {
 
@@ -41,7 +42,7 @@ struct MergedInfo {
 
 class InfoMerger {
  public:
-  explicit InfoMerger(std::vector<std::string> homogeneous_keys);
+  explicit InfoMerger(const MergeConfig& config);
 
   // `infos[i]` came from the learner named `learner_ids[i]` (same sizes).
   // Values are moved out of `infos` (lists can hold one entry per sample). An

@@ -1,6 +1,8 @@
 #include "lib/base/backoff.h"
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <random>
 #include <utility>
 
@@ -13,20 +15,30 @@ UniformRandom MakeUniformRandom() {
   };
 }
 
+std::chrono::milliseconds BackoffDelay(const BackoffOptions& options, int n,
+                                       double random01) {
+  const double max_ms = static_cast<double>(options.max.count());
+  const double base_ms =
+      std::min(static_cast<double>(options.initial.count()) *
+                   std::pow(options.multiplier, std::max(0, n)),
+               max_ms);  // pow may overflow to inf: min caps it
+  const double spread = options.jitter * base_ms;
+  const double delay = base_ms - spread + 2 * spread * random01;
+  return std::chrono::milliseconds(std::llround(std::max(0.0, delay)));
+}
+
 Backoff::Backoff(const BackoffOptions& options, UniformRandom random)
     : options_(options), random_(std::move(random)) {}
 
 std::chrono::milliseconds Backoff::Next() {
-  const double max_ms = static_cast<double>(options_.max.count());
-  current_ms_ = current_ms_ == 0
-                    ? static_cast<double>(options_.initial.count())
-                    : std::min(current_ms_ * options_.multiplier, max_ms);
-  const double spread = options_.jitter * current_ms_;
-  const double delay = current_ms_ - spread + 2 * spread * random_();
-  return std::chrono::milliseconds(
-      static_cast<int64_t>(std::max(0.0, delay) + 0.5));
+  const double random01 = options_.jitter > 0 ? random_() : 0.5;
+  const std::chrono::milliseconds delay =
+      BackoffDelay(options_, failures_, random01);
+  // Past max, n only matters as "still failing": keep it from overflowing.
+  if (failures_ < 1000) ++failures_;
+  return delay;
 }
 
-void Backoff::Reset() { current_ms_ = 0; }
+void Backoff::Reset() { failures_ = 0; }
 
 }  // namespace aggregator

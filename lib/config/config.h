@@ -1,50 +1,65 @@
-// aggregator.yaml: the daemon's configuration, parsed and validated in one
-// pass.
+// aggregator.yaml's schema: what the daemon runs, after parsing and
+// validation (lib/config/config_loader.h reads it from YAML).
 //
-// Every default lives here and is documented in the commented default
-// config/aggregator.yaml, which is also embedded in the binary
-// (DefaultConfigYaml()). Parsing never throws: every problem found is reported,
-// one per line, as
-// "<source>:<line>:<column>: <field>: <what is wrong>" (line and column
-// 1-based).
+// Every default lives here, once, and is documented in the commented default
+// config/aggregator.yaml (which is also embedded in the binary). Each part is
+// passed down as it is (the pool takes ConnectConfig, the Learner service
+// ServiceConfig) instead of being copied into option structs of their own.
+//
+// Each struct's == lists its fields through a structured binding, which stops
+// compiling when a field is added and not listed: a new field cannot be
+// silently left out of a comparison (WorkerSpec's decides whether a reload
+// restarts a worker).
 #ifndef LIB_CONFIG_CONFIG_H_
 #define LIB_CONFIG_CONFIG_H_
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "lib/base/backoff.h"
+#include "lib/base/host_port.h"
 
 namespace aggregator {
 
-// Reconnect schedule, as gRPC's connection-backoff spec.
-struct BackoffOptions {
-  std::chrono::milliseconds initial{1000};  // connect.backoff.initial
-  double multiplier = 1.6;                  // connect.backoff.multiplier (>= 1)
-  double jitter = 0.2;                      // connect.backoff.jitter (0..1)
-  std::chrono::milliseconds max{120000};    // connect.backoff.max (>= initial)
-};
-
-struct ConnectOptions {
+struct ConnectConfig {
   // A learner not ready this long after it was added is marked failed (and is
   // still retried in the background).
   std::chrono::milliseconds timeout{30000};  // connect.timeout
   // The longest one connection attempt may take (gRPC's MIN_CONNECT_TIMEOUT).
   std::chrono::milliseconds attempt_timeout{20000};  // connect.attempt_timeout
-  BackoffOptions backoff;                            // connect.backoff
+  // connect.backoff: the reconnect schedule, as gRPC's connection-backoff spec.
+  BackoffOptions backoff{std::chrono::milliseconds(1000), 1.6, 0.2,
+                         std::chrono::milliseconds(120000)};
+
+  bool operator==(const ConnectConfig& other) const {
+    const auto& [a_timeout, a_attempt, a_backoff] = *this;
+    const auto& [b_timeout, b_attempt, b_backoff] = other;
+    return std::tie(a_timeout, a_attempt, a_backoff) ==
+           std::tie(b_timeout, b_attempt, b_backoff);
+  }
+  bool operator!=(const ConnectConfig& other) const {
+    return !(*this == other);
+  }
 };
 
 // A remote learner from `learners:`.
 struct LearnerEndpoint {
-  std::string id;       // unique, non-empty
-  std::string address;  // "host:port", "[v6]:port" or "unix:/path"
+  std::string id;    // unique, non-empty
+  HostPort address;  // TCP (port >= 1) or a unix socket
 
   bool operator==(const LearnerEndpoint& other) const {
-    return id == other.id && address == other.address;
+    const auto& [a_id, a_address] = *this;
+    const auto& [b_id, b_address] = other;
+    return std::tie(a_id, a_address) == std::tie(b_id, b_address);
+  }
+  bool operator!=(const LearnerEndpoint& other) const {
+    return !(*this == other);
   }
 };
 
@@ -58,27 +73,13 @@ enum class RestartPolicy {
 // "always", "on-failure" or "never".
 const char* RestartPolicyName(RestartPolicy policy);
 
-// Delay before restarting a worker replica: `initial`, times `multiplier` after
-// each further failed start, up to `max`. No jitter: replicas restart
-// independently, and exact delays keep restart timing predictable.
-struct WorkerBackoffOptions {
-  std::chrono::milliseconds initial{1000};  // workers[].backoff.initial
-  double multiplier = 2.0;                  // workers[].backoff.multiplier
-  std::chrono::milliseconds max{30000};     // workers[].backoff.max
-
-  bool operator==(const WorkerBackoffOptions& other) const {
-    return initial == other.initial && multiplier == other.multiplier &&
-           max == other.max;
-  }
-};
-
 // One entry of `workers:`: `replicas` local processes of one command, each
 // with its index (0..replicas-1) substituted for "{index}", port_base + index
 // for "{port}" and the name for "{name}" in command, env values and cwd.
 struct WorkerSpec {
   std::string name;  // unique, non-empty, [A-Za-z0-9_.-]
   // argv; argv[0] without '/' is looked up on PATH, a relative one with '/' is
-  // resolved by the worker manager (see lib/workers/worker_manager.h).
+  // resolved by the worker manager (see lib/workers/worker_program.h).
   std::vector<std::string> command;
   int replicas = 1;  // >= 0
   // Added to (or replacing entries of) the daemon's environment, in file order.
@@ -86,7 +87,9 @@ struct WorkerSpec {
   std::string cwd;    // empty: the daemon's working directory
   int port_base = 0;  // 0: not set; else 1..65535 and port_base+replicas-1 too
   RestartPolicy restart = RestartPolicy::kOnFailure;
-  WorkerBackoffOptions backoff;
+  // workers[].backoff: the delay before a restart, exact (no jitter).
+  BackoffOptions backoff{std::chrono::milliseconds(1000), 2.0, 0.0,
+                         std::chrono::milliseconds(30000)};
   // More than max_restarts restarts within restart_window: the replica is
   // failed and no longer restarted.
   int max_restarts = 5;
@@ -98,63 +101,81 @@ struct WorkerSpec {
   // Each replica's 127.0.0.1:{port} joins the learner pool as "<name>-<index>".
   bool learner = false;
 
+  // Every field but `replicas`: replicas of a worker whose fields are the same
+  // can keep running when only the count changes.
+  auto FieldsButReplicas() const {
+    const auto& [name_, command_, replicas_, env_, cwd_, port_base_, restart_,
+                 backoff_, max_restarts_, restart_window_, min_uptime_,
+                 stop_timeout_, learner_] = *this;
+    (void)replicas_;
+    return std::tie(name_, command_, env_, cwd_, port_base_, restart_, backoff_,
+                    max_restarts_, restart_window_, min_uptime_, stop_timeout_,
+                    learner_);
+  }
   bool operator==(const WorkerSpec& other) const {
-    return name == other.name && command == other.command &&
-           replicas == other.replicas && env == other.env && cwd == other.cwd &&
-           port_base == other.port_base && restart == other.restart &&
-           backoff == other.backoff && max_restarts == other.max_restarts &&
-           restart_window == other.restart_window &&
-           min_uptime == other.min_uptime &&
-           stop_timeout == other.stop_timeout && learner == other.learner;
+    return replicas == other.replicas &&
+           FieldsButReplicas() == other.FieldsButReplicas();
   }
   bool operator!=(const WorkerSpec& other) const { return !(*this == other); }
+};
+
+// merge: how learn infos are merged (lib/aggregation/info_merger.h).
+struct MergeConfig {
+  // merge.homogeneous_keys: info keys that take one value (the first
+  // learner's).
+  std::vector<std::string> homogeneous_keys = {"learner_step", "buffer_id",
+                                               "task_id", "learner_done"};
+
+  bool operator==(const MergeConfig& other) const {
+    const auto& [a_keys] = *this;
+    const auto& [b_keys] = other;
+    return a_keys == b_keys;
+  }
+};
+
+// How the Learner service relays calls (lib/service/learner_service.h).
+struct ServiceConfig {
+  // min_learners: ready learners needed before the daemon serves (and for
+  // StartTask, GetData, Learn to proceed). 0 <= min_learners <= number of
+  // learners plus replicas of learner workers.
+  int min_learners = 1;
+  // call_timeout: the deadline of every call to a learner (tightened by the
+  // caller's own deadline).
+  std::chrono::milliseconds call_timeout{60000};
+  MergeConfig merge;
+};
+
+struct MetricsConfig {
+  // metrics.listen: the Prometheus endpoint (GET /metrics); "" turns it off.
+  // Cannot change on reload.
+  std::optional<HostPort> listen = HostPort::Tcp("127.0.0.1", 22273);
+};
+
+struct LogConfig {
+  // log.level: trace, debug, info, warn, error, critical or off.
+  std::string level = "info";
 };
 
 struct AggregatorConfig {
   // Where this configuration came from: a file path, or "<embedded default>".
   std::string source;
 
-  std::string listen = "127.0.0.1:22272";  // cannot change on reload
+  // listen: where the Learner, admin and health services are served (port 0:
+  // a free port). Cannot change on reload.
+  HostPort listen = HostPort::Tcp("127.0.0.1", 22272);
   std::vector<LearnerEndpoint> learners;
   // Local worker processes the daemon runs; learner workers join `learners`.
   std::vector<WorkerSpec> workers;
-  // Ready learners needed before the daemon serves (and for StartTask, GetData,
-  // Learn to proceed). 0 <= min_learners <= number of learners plus replicas
-  // of learner workers.
-  int min_learners = 1;
-  ConnectOptions connect;
-  // Deadline of every call to a learner (tightened by the caller's own
-  // deadline).
-  std::chrono::milliseconds call_timeout{60000};
+  ServiceConfig service;
+  ConnectConfig connect;
   // Largest message sent or received, on both sides. An integer or "512MiB"
-  // etc. (B, KiB, MiB, GiB); 1 KiB .. 2 GiB - 1.
+  // etc. (B, KiB, MiB, GiB); 1 KiB .. 2 GiB - 1. Cannot change on reload.
   int64_t max_message_bytes = int64_t{1} << 30;
-  // merge.homogeneous_keys: info keys that take one value (the first
-  // learner's).
-  std::vector<std::string> homogeneous_keys = {"learner_step", "buffer_id",
-                                               "task_id", "learner_done"};
-  // log.level: trace, debug, info, warn, error, critical or off.
-  std::string log_level = "info";
+  LogConfig log;
   // How long SIGTERM waits for calls in flight before stopping.
   std::chrono::milliseconds drain_timeout{30000};
-  // metrics.listen: the Prometheus endpoint (GET /metrics); empty: none.
-  // Cannot change on reload.
-  std::string metrics_listen = "127.0.0.1:22273";
+  MetricsConfig metrics;
 };
-
-// Parses and validates YAML text. `source` names the text in error messages.
-// Unknown keys, wrong types, bad durations ("500ms", "30s", "2m", "1h"), bad
-// addresses, duplicate learner ids or worker names, worker learner ids that
-// clash with `learners:`, "{port}" without port_base, overlapping or
-// overflowing worker port ranges and out-of-range numbers are errors. On
-// failure the status is INVALID_ARGUMENT and its message lists every error
-// found, one per line.
-absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
-                                             std::string_view source);
-
-// Reads and parses a file. A missing or unreadable file is NOT_FOUND /
-// PERMISSION_DENIED naming the path.
-absl::StatusOr<AggregatorConfig> LoadConfigFile(const std::string& path);
 
 // The commented default config/aggregator.yaml, compiled into the binary.
 std::string_view DefaultConfigYaml();

@@ -9,18 +9,79 @@
 namespace aggregator {
 namespace {
 
+std::string Describe(const std::optional<HostPort>& address) {
+  return address.has_value() ? address->ToString() : "";
+}
+
 template <typename T>
 void Changed(const char* field, const T& from, const T& to,
              std::vector<std::string>* out) {
   if (from != to) out->push_back(absl::StrCat(field, " ", from, " -> ", to));
 }
 
-void ChangedDuration(const char* field, std::chrono::milliseconds from,
-                     std::chrono::milliseconds to,
-                     std::vector<std::string>* out) {
+void Changed(const char* field, std::chrono::milliseconds from,
+             std::chrono::milliseconds to, std::vector<std::string>* out) {
   if (from != to) {
     out->push_back(
         absl::StrCat(field, " ", from.count(), "ms -> ", to.count(), "ms"));
+  }
+}
+
+// "learners +1 -0 ~1" (added, removed, moved to another address), or
+// "learners reordered".
+void DescribeLearners(const std::vector<LearnerEndpoint>& running,
+                      const std::vector<LearnerEndpoint>& next,
+                      std::vector<std::string>* out) {
+  auto find = [](const std::vector<LearnerEndpoint>& in,
+                 const std::string& id) {
+    return std::find_if(in.begin(), in.end(),
+                        [&](const LearnerEndpoint& l) { return l.id == id; });
+  };
+  int added = 0;
+  int removed = 0;
+  int moved = 0;
+  for (const LearnerEndpoint& learner : next) {
+    auto same_id = find(running, learner.id);
+    if (same_id == running.end()) {
+      ++added;
+    } else if (same_id->address != learner.address) {
+      ++moved;
+    }
+  }
+  for (const LearnerEndpoint& learner : running) {
+    if (find(next, learner.id) == next.end()) ++removed;
+  }
+  if (added + removed + moved > 0) {
+    out->push_back(
+        absl::StrCat("learners +", added, " -", removed, " ~", moved));
+  } else if (running != next) {
+    out->push_back("learners reordered");
+  }
+}
+
+// "workers ~changed +added -removed".
+void DescribeWorkers(const std::vector<WorkerSpec>& running,
+                     const std::vector<WorkerSpec>& next,
+                     std::vector<std::string>* out) {
+  auto find = [](const std::vector<WorkerSpec>& in, const std::string& name) {
+    return std::find_if(in.begin(), in.end(),
+                        [&](const WorkerSpec& w) { return w.name == name; });
+  };
+  std::vector<std::string> workers;
+  for (const WorkerSpec& worker : next) {
+    auto same = find(running, worker.name);
+    if (same == running.end()) {
+      workers.push_back("+" + worker.name);
+    } else if (*same != worker) {
+      workers.push_back("~" + worker.name);
+    }
+  }
+  for (const WorkerSpec& worker : running) {
+    if (find(next, worker.name) == next.end())
+      workers.push_back("-" + worker.name);
+  }
+  if (!workers.empty()) {
+    out->push_back(absl::StrCat("workers ", absl::StrJoin(workers, " ")));
   }
 }
 
@@ -28,20 +89,26 @@ void ChangedDuration(const char* field, std::chrono::milliseconds from,
 
 absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
                                            const AggregatorConfig& next) {
+  // Every field is named here, so one added to AggregatorConfig stops this
+  // compiling until it is classed as frozen (needs a restart) or described.
+  const auto& [source, listen, learners, workers, service, connect,
+               max_message_bytes, log, drain_timeout, metrics] = next;
+  (void)source;  // where it came from, not what it says
+
   std::vector<std::string> frozen;
-  if (running.listen != next.listen) {
-    frozen.push_back(absl::StrCat("listen (running ", running.listen,
-                                  ", file says ", next.listen, ")"));
+  if (running.listen != listen) {
+    frozen.push_back(absl::StrCat("listen (running ", running.listen.ToString(),
+                                  ", file says ", listen.ToString(), ")"));
   }
-  if (running.max_message_bytes != next.max_message_bytes) {
+  if (running.max_message_bytes != max_message_bytes) {
     frozen.push_back(absl::StrCat("max_message_bytes (running ",
                                   running.max_message_bytes, ", file says ",
-                                  next.max_message_bytes, ")"));
+                                  max_message_bytes, ")"));
   }
-  if (running.metrics_listen != next.metrics_listen) {
-    frozen.push_back(absl::StrCat("metrics.listen (running '",
-                                  running.metrics_listen, "', file says '",
-                                  next.metrics_listen, "')"));
+  if (running.metrics.listen != metrics.listen) {
+    frozen.push_back(absl::StrCat(
+        "metrics.listen (running '", Describe(running.metrics.listen),
+        "', file says '", Describe(metrics.listen), "')"));
   }
   if (!frozen.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -50,70 +117,17 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   }
 
   std::vector<std::string> changes;
-  int added = 0;
-  int removed = 0;
-  int moved = 0;
-  for (const LearnerEndpoint& learner : next.learners) {
-    auto same_id = std::find_if(
-        running.learners.begin(), running.learners.end(),
-        [&](const LearnerEndpoint& l) { return l.id == learner.id; });
-    if (same_id == running.learners.end()) {
-      ++added;
-    } else if (same_id->address != learner.address) {
-      ++moved;
-    }
-  }
-  for (const LearnerEndpoint& learner : running.learners) {
-    if (std::none_of(
-            next.learners.begin(), next.learners.end(),
-            [&](const LearnerEndpoint& l) { return l.id == learner.id; })) {
-      ++removed;
-    }
-  }
-  if (added + removed + moved > 0) {
-    changes.push_back(
-        absl::StrCat("learners +", added, " -", removed, " ~", moved));
-  } else if (running.learners != next.learners) {
-    changes.push_back("learners reordered");
-  }
-  std::vector<std::string> workers;
-  for (const WorkerSpec& worker : next.workers) {
-    auto same = std::find_if(
-        running.workers.begin(), running.workers.end(),
-        [&](const WorkerSpec& w) { return w.name == worker.name; });
-    if (same == running.workers.end()) {
-      workers.push_back("+" + worker.name);
-    } else if (*same != worker) {
-      workers.push_back("~" + worker.name);
-    }
-  }
-  for (const WorkerSpec& worker : running.workers) {
-    if (std::none_of(
-            next.workers.begin(), next.workers.end(),
-            [&](const WorkerSpec& w) { return w.name == worker.name; })) {
-      workers.push_back("-" + worker.name);
-    }
-  }
-  if (!workers.empty()) {
-    changes.push_back(absl::StrCat("workers ", absl::StrJoin(workers, " ")));
-  }
-  Changed("min_learners", running.min_learners, next.min_learners, &changes);
-  ChangedDuration("call_timeout", running.call_timeout, next.call_timeout,
-                  &changes);
-  ChangedDuration("drain_timeout", running.drain_timeout, next.drain_timeout,
-                  &changes);
-  if (!(running.connect.timeout == next.connect.timeout &&
-        running.connect.attempt_timeout == next.connect.attempt_timeout &&
-        running.connect.backoff.initial == next.connect.backoff.initial &&
-        running.connect.backoff.multiplier == next.connect.backoff.multiplier &&
-        running.connect.backoff.jitter == next.connect.backoff.jitter &&
-        running.connect.backoff.max == next.connect.backoff.max)) {
-    changes.push_back("connect");
-  }
-  if (running.homogeneous_keys != next.homogeneous_keys) {
+  DescribeLearners(running.learners, learners, &changes);
+  DescribeWorkers(running.workers, workers, &changes);
+  const auto& [min_learners, call_timeout, merge] = service;
+  Changed("min_learners", running.service.min_learners, min_learners, &changes);
+  Changed("call_timeout", running.service.call_timeout, call_timeout, &changes);
+  Changed("drain_timeout", running.drain_timeout, drain_timeout, &changes);
+  if (running.connect != connect) changes.push_back("connect");
+  if (!(running.service.merge == merge))
     changes.push_back("merge.homogeneous_keys");
-  }
-  Changed("log.level", running.log_level, next.log_level, &changes);
+  const auto& [level] = log;
+  Changed("log.level", running.log.level, level, &changes);
   return changes.empty() ? std::string("no changes")
                          : absl::StrJoin(changes, "; ");
 }

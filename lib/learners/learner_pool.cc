@@ -14,8 +14,7 @@
 namespace aggregator {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using aggregator::v1::LearnerState;
+using Steady = std::chrono::steady_clock;
 
 // How often a ready learner's watch is re-armed. Bounds how long the pool's
 // teardown can wait for a channel that a caller still holds; a disconnect is
@@ -25,27 +24,26 @@ constexpr std::chrono::seconds kReadyWatchPeriod{2};
 constexpr std::chrono::seconds kIdleWake{1};
 
 // gRPC's own deadlines take system_clock; ours are steady.
-std::chrono::system_clock::time_point ToSystem(Clock::time_point when) {
+std::chrono::system_clock::time_point ToSystem(Steady::time_point when) {
   return std::chrono::system_clock::now() +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(
-             when - Clock::now());
+             when - Steady::now());
 }
 
 }  // namespace
 
 const char* LearnerStateName(LearnerState state) {
   switch (state) {
-    case aggregator::v1::LEARNER_STATE_CONNECTING:
+    case LearnerState::kConnecting:
       return "connecting";
-    case aggregator::v1::LEARNER_STATE_READY:
+    case LearnerState::kReady:
       return "ready";
-    case aggregator::v1::LEARNER_STATE_FAILED:
+    case LearnerState::kFailed:
       return "failed";
-    case aggregator::v1::LEARNER_STATE_REMOVED:
+    case LearnerState::kRemoved:
       return "removed";
-    default:
-      return "unknown";
   }
+  return "unknown";
 }
 
 grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes) {
@@ -66,7 +64,7 @@ struct LearnerPool::Learner {
         backoff(backoff_options, std::move(random)) {}
 
   std::string Name() const {
-    return absl::StrCat(endpoint.id, " (", endpoint.address, ")");
+    return absl::StrCat(endpoint.id, " (", endpoint.address.ToString(), ")");
   }
   LearnerHandle Handle() const {
     return LearnerHandle{endpoint.id, endpoint.address, epoch,   stub,
@@ -74,7 +72,7 @@ struct LearnerPool::Learner {
   }
 
   LearnerEndpoint endpoint;
-  LearnerState state = aggregator::v1::LEARNER_STATE_CONNECTING;
+  LearnerState state = LearnerState::kConnecting;
   uint64_t epoch = 0;
   // Identifies the current attempt or watch; events carrying another are stale.
   uint64_t token = 0;
@@ -85,8 +83,8 @@ struct LearnerPool::Learner {
   std::shared_ptr<LearnerCounters> counters =
       std::make_shared<LearnerCounters>();
   Backoff backoff;
-  Clock::time_point connecting_since = Clock::now();
-  Clock::time_point attempt_deadline;
+  Steady::time_point connecting_since = Steady::now();
+  Steady::time_point attempt_deadline;
   std::unique_ptr<grpc::Alarm> alarm;
   // The probe in flight, if any (owned by its event), to cancel on removal.
   grpc::ClientContext* probing = nullptr;
@@ -111,19 +109,21 @@ struct LearnerPool::Event {
   std::unique_ptr<Probe> probe;
 };
 
-LearnerPool::LearnerPool(LearnerPoolOptions options)
-    : options_([&] {
-        if (!options.random) options.random = MakeUniformRandom();
-        return std::move(options);
+LearnerPool::LearnerPool(const ConnectConfig& connect,
+                         int64_t max_message_bytes, LearnerPoolHooks hooks)
+    : max_message_bytes_(max_message_bytes),
+      hooks_([&] {
+        if (!hooks.random) hooks.random = MakeUniformRandom();
+        return std::move(hooks);
       }()),
-      connect_(options_.connect) {
+      connect_(connect) {
   connector_ = std::thread([this] { Run(); });
 }
 
 LearnerPool::~LearnerPool() {
   std::vector<std::unique_ptr<Learner>> dropped;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
     for (auto& learner : learners_) {
       if (learner->probing != nullptr) learner->probing->TryCancel();
@@ -142,7 +142,7 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
   size_t total = 0;
   bool changed = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::vector<std::unique_ptr<Learner>> next;
     for (const LearnerEndpoint& endpoint : learners) {
       auto same = std::find_if(learners_.begin(), learners_.end(),
@@ -153,10 +153,10 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
         next.push_back(std::move(*same));
         continue;
       }
-      auto learner = std::make_unique<Learner>(endpoint, connect_.backoff,
-                                               options_.random);
+      auto learner =
+          std::make_unique<Learner>(endpoint, connect_.backoff, hooks_.random);
       spdlog::info("learner {}: connecting", learner->Name());
-      Schedule(learner.get(), Clock::now());
+      Schedule(learner.get(), Steady::now());
       next.push_back(std::move(learner));
     }
     for (auto& learner : learners_) {
@@ -176,26 +176,25 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
   }
   dropped.clear();  // outside the lock: destroying a channel may take a moment
   if (changed) {
-    ready_changed_.notify_all();
-    if (options_.on_ready_change) options_.on_ready_change(ready, total);
+    if (hooks_.on_ready_change) hooks_.on_ready_change(ready, total);
   }
 }
 
-void LearnerPool::SetConnectOptions(const ConnectOptions& connect) {
-  std::lock_guard<std::mutex> lock(mu_);
+void LearnerPool::SetConnectConfig(const ConnectConfig& connect) {
+  absl::MutexLock lock(&mu_);
   connect_ = connect;
   for (const auto& learner : learners_) {
-    learner->backoff = Backoff(connect_.backoff, options_.random);
+    learner->backoff = Backoff(connect_.backoff, hooks_.random);
   }
 }
 
 void LearnerPool::Run() {
   while (true) {
-    Clock::time_point wake = Clock::now() + kIdleWake;
+    Steady::time_point wake = Steady::now() + kIdleWake;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (const auto& learner : learners_) {
-        if (learner->state == aggregator::v1::LEARNER_STATE_CONNECTING) {
+        if (learner->state == LearnerState::kConnecting) {
           wake = std::min(wake, learner->connecting_since + connect_.timeout);
         }
       }
@@ -208,20 +207,19 @@ void LearnerPool::Run() {
     size_t total = 0;
     bool changed = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (status == grpc::CompletionQueue::GOT_EVENT) {
         Handle(static_cast<Event*>(tag), ok);
       }
       if (stopping_) continue;  // drain the queue until it shuts down
-      MarkTimedOut(Clock::now());
+      MarkTimedOut(Steady::now());
       ready = ReadyCountLocked();
       total = learners_.size();
       changed = ready != last_reported_ready_;
       last_reported_ready_ = ready;
     }
     if (changed) {
-      ready_changed_.notify_all();
-      if (options_.on_ready_change) options_.on_ready_change(ready, total);
+      if (hooks_.on_ready_change) hooks_.on_ready_change(ready, total);
     }
   }
 }
@@ -252,30 +250,31 @@ void LearnerPool::StartAttempt(Learner* learner) {
   ++learner->attempts;
   learner->token = next_token_++;
   learner->channel = grpc::CreateCustomChannel(
-      learner->endpoint.address, grpc::InsecureChannelCredentials(), [&] {
+      learner->endpoint.address.ToString(), grpc::InsecureChannelCredentials(),
+      [&] {
         grpc::ChannelArguments args =
-            LearnerChannelArguments(options_.max_message_bytes);
+            LearnerChannelArguments(max_message_bytes_);
         // A fresh subchannel per attempt: our backoff decides when to retry.
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
         args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
                     static_cast<int>(connect_.attempt_timeout.count()));
         return args;
       }());
-  learner->attempt_deadline = Clock::now() + connect_.attempt_timeout;
+  learner->attempt_deadline = Steady::now() + connect_.attempt_timeout;
   Watch(learner, learner->channel->GetState(/*try_to_connect=*/true),
         learner->attempt_deadline);
 }
 
 void LearnerPool::OnStateChange(Learner* learner, bool ok) {
   grpc_connectivity_state state = learner->channel->GetState(false);
-  const Clock::time_point now = Clock::now();
-  if (learner->state == aggregator::v1::LEARNER_STATE_READY) {
+  const Steady::time_point now = Steady::now();
+  if (learner->state == LearnerState::kReady) {
     if (state == GRPC_CHANNEL_READY) {
       Watch(learner, state, now + kReadyWatchPeriod);
       return;
     }
     spdlog::warn("learner {}: connection lost; reconnecting", learner->Name());
-    learner->state = aggregator::v1::LEARNER_STATE_CONNECTING;
+    learner->state = LearnerState::kConnecting;
     learner->stub.reset();
     learner->generic.reset();
     learner->connecting_since = now;
@@ -326,7 +325,7 @@ void LearnerPool::OnProbe(Learner* learner, const Event& event) {
                      ": ", probe.status.error_message()));
     return;
   }
-  learner->state = aggregator::v1::LEARNER_STATE_READY;
+  learner->state = LearnerState::kReady;
   learner->epoch = next_token_++;
   learner->resource = probe.reply;
   learner->stub = probe.stub;
@@ -336,7 +335,7 @@ void LearnerPool::OnProbe(Learner* learner, const Event& event) {
   spdlog::info("learner {}: ready after {} attempt(s) ({} gpu(s))",
                learner->Name(), learner->attempts, probe.reply.gpus());
   learner->attempts = 0;
-  Watch(learner, GRPC_CHANNEL_READY, Clock::now() + kReadyWatchPeriod);
+  Watch(learner, GRPC_CHANNEL_READY, Steady::now() + kReadyWatchPeriod);
 }
 
 void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {
@@ -345,14 +344,14 @@ void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {
   const auto delay = learner->backoff.Next();
   spdlog::debug("learner {}: {}; next attempt in {}ms", learner->Name(),
                 learner->last_error, delay.count());
-  Schedule(learner, Clock::now() + delay);
+  Schedule(learner, Steady::now() + delay);
 }
 
-void LearnerPool::MarkTimedOut(Clock::time_point now) {
+void LearnerPool::MarkTimedOut(Steady::time_point now) {
   for (const auto& learner : learners_) {
-    if (learner->state == aggregator::v1::LEARNER_STATE_CONNECTING &&
+    if (learner->state == LearnerState::kConnecting &&
         now >= learner->connecting_since + connect_.timeout) {
-      learner->state = aggregator::v1::LEARNER_STATE_FAILED;
+      learner->state = LearnerState::kFailed;
       spdlog::error(
           "learner {}: not ready within connect.timeout ({}ms): {}; still "
           "retrying in the background",
@@ -363,13 +362,13 @@ void LearnerPool::MarkTimedOut(Clock::time_point now) {
 }
 
 void LearnerPool::Watch(Learner* learner, grpc_connectivity_state state,
-                        Clock::time_point deadline) {
+                        Steady::time_point deadline) {
   learner->channel->NotifyOnStateChange(
       state, ToSystem(deadline), &queue_,
       new Event{Event::kStateChange, learner->endpoint.id, learner->token});
 }
 
-void LearnerPool::Schedule(Learner* learner, Clock::time_point when) {
+void LearnerPool::Schedule(Learner* learner, Steady::time_point when) {
   learner->token = next_token_++;
   learner->alarm = std::make_unique<grpc::Alarm>();
   learner->alarm->Set(
@@ -387,39 +386,39 @@ LearnerPool::Learner* LearnerPool::Find(const std::string& id) const {
 size_t LearnerPool::ReadyCountLocked() const {
   return std::count_if(learners_.begin(), learners_.end(),
                        [](const std::unique_ptr<Learner>& l) {
-                         return l->state == aggregator::v1::LEARNER_STATE_READY;
+                         return l->state == LearnerState::kReady;
                        });
 }
 
 std::vector<LearnerHandle> LearnerPool::Ready() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<LearnerHandle> ready;
   for (const auto& learner : learners_) {
-    if (learner->state != aggregator::v1::LEARNER_STATE_READY) continue;
+    if (learner->state != LearnerState::kReady) continue;
     ready.push_back(learner->Handle());
   }
   return ready;
 }
 
 size_t LearnerPool::ReadyCount() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return ReadyCountLocked();
 }
 
 size_t LearnerPool::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return learners_.size();
 }
 
 absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
                                                    uint64_t epoch) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const Learner* learner = Find(id);
   if (learner == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(id, " is no longer a configured learner"));
   }
-  if (learner->state != aggregator::v1::LEARNER_STATE_READY) {
+  if (learner->state != LearnerState::kReady) {
     return absl::FailedPreconditionError(absl::StrCat(
         learner->Name(), " is ", LearnerStateName(learner->state),
         learner->last_error.empty() ? "" : ": ", learner->last_error));
@@ -431,10 +430,14 @@ absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
   return learner->Handle();
 }
 
-bool LearnerPool::WaitForReady(size_t count, Clock::time_point deadline) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  return ready_changed_.wait_until(lock, deadline,
-                                   [&] { return ReadyCountLocked() >= count; });
+bool LearnerPool::WaitForReady(size_t count,
+                               Steady::time_point deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return ReadyCountLocked() >= count;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough),
+                              absl::FromChrono(deadline - Steady::now()));
 }
 
 void LearnerPool::RecordCall(const LearnerHandle& learner,
@@ -442,33 +445,29 @@ void LearnerPool::RecordCall(const LearnerHandle& learner,
   learner.counters->calls.fetch_add(1, std::memory_order_relaxed);
   if (status.ok()) return;
   learner.counters->failures.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (Learner* current = Find(learner.id)) {
     current->last_error = status.error_message();
   }
 }
 
-std::vector<aggregator::v1::LearnerStatus> LearnerPool::Status() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<aggregator::v1::LearnerStatus> out;
+std::vector<LearnerSnapshot> LearnerPool::Status() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<LearnerSnapshot> out;
   for (const auto& learner : learners_) {
-    aggregator::v1::LearnerStatus status;
-    status.set_id(learner->endpoint.id);
-    status.set_address(learner->endpoint.address);
-    status.set_state(learner->state);
-    status.set_last_error(learner->last_error);
-    status.set_calls(learner->counters->calls.load());
-    status.set_failures(learner->counters->failures.load());
-    out.push_back(std::move(status));
+    out.push_back(LearnerSnapshot{
+        learner->endpoint.id, learner->endpoint.address, learner->state,
+        learner->last_error, learner->counters->calls.load(),
+        learner->counters->failures.load()});
   }
   return out;
 }
 
 std::string LearnerPool::DescribeNotReady() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::string> parts;
   for (const auto& learner : learners_) {
-    if (learner->state == aggregator::v1::LEARNER_STATE_READY) continue;
+    if (learner->state == LearnerState::kReady) continue;
     parts.push_back(absl::StrCat(
         learner->Name(), " ", LearnerStateName(learner->state),
         learner->last_error.empty() ? "" : ": ", learner->last_error));

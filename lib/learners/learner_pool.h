@@ -22,19 +22,18 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/base/backoff.h"
+#include "lib/base/host_port.h"
 #include "lib/config/config.h"
-#include "proto/admin.pb.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
@@ -45,10 +44,33 @@ struct LearnerCounters {
   std::atomic<int64_t> failures{0};
 };
 
+// Where a learner is in its life (see the file comment).
+enum class LearnerState {
+  kConnecting,
+  kReady,
+  // Not reachable within connect.timeout; still retried in the background.
+  kFailed,
+  // Dropped by a reload; waits for its in-flight calls to finish.
+  kRemoved,
+};
+
+// "connecting", "ready", "failed", "removed".
+const char* LearnerStateName(LearnerState state);
+
+// One learner as status and metrics see it.
+struct LearnerSnapshot {
+  std::string id;
+  HostPort address;
+  LearnerState state = LearnerState::kConnecting;
+  std::string last_error;
+  int64_t calls = 0;
+  int64_t failures = 0;
+};
+
 // A ready learner as a call sees it. Valid (and its channel open) while held.
 struct LearnerHandle {
   std::string id;
-  std::string address;
+  HostPort address;
   // Bumped each time the learner becomes ready: a plan made at one epoch is not
   // valid at another.
   uint64_t epoch = 0;
@@ -60,20 +82,16 @@ struct LearnerHandle {
   // change while it runs), so GetResource needs no round trip.
   aggregator::v1::Resource resource;
   // "learner0 (127.0.0.1:22300)", for messages.
-  std::string Name() const { return id + " (" + address + ")"; }
+  std::string Name() const { return id + " (" + address.ToString() + ")"; }
 };
 
-struct LearnerPoolOptions {
-  ConnectOptions connect;
-  int64_t max_message_bytes = int64_t{1} << 30;
+// What the pool's owner may add besides the configuration.
+struct LearnerPoolHooks {
   UniformRandom random;  // default: MakeUniformRandom()
   // Called (outside the pool's lock, on the connector thread) whenever the
   // number of ready learners changes.
   std::function<void(size_t ready, size_t total)> on_ready_change;
 };
-
-// "connecting", "ready", "failed", "removed".
-const char* LearnerStateName(aggregator::v1::LearnerState state);
 
 // Channel arguments used for every learner channel (message sizes, no idle
 // timeout).
@@ -81,7 +99,9 @@ grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes);
 
 class LearnerPool {
  public:
-  explicit LearnerPool(LearnerPoolOptions options);
+  // `max_message_bytes` bounds every message on the learners' channels.
+  LearnerPool(const ConnectConfig& connect, int64_t max_message_bytes,
+              LearnerPoolHooks hooks = {});
   ~LearnerPool();
   LearnerPool(const LearnerPool&) = delete;
   LearnerPool& operator=(const LearnerPool&) = delete;
@@ -92,7 +112,7 @@ class LearnerPool {
   void SetLearners(const std::vector<LearnerEndpoint>& learners);
 
   // Applies to connection attempts from now on (a reload).
-  void SetConnectOptions(const ConnectOptions& connect);
+  void SetConnectConfig(const ConnectConfig& connect);
 
   // The ready learners, in configured order.
   std::vector<LearnerHandle> Ready() const;
@@ -112,7 +132,7 @@ class LearnerPool {
   void RecordCall(const LearnerHandle& learner, const grpc::Status& status);
 
   // One entry per learner, in configured order.
-  std::vector<aggregator::v1::LearnerStatus> Status() const;
+  std::vector<LearnerSnapshot> Status() const;
   // "learner1 (127.0.0.1:22301) connecting: connection refused; ..." for every
   // learner that is not ready, for error messages.
   std::string DescribeNotReady() const;
@@ -141,12 +161,12 @@ class LearnerPool {
   Learner* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t ReadyCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const LearnerPoolOptions options_;  // options_.connect: see connect_
+  const int64_t max_message_bytes_;
+  const LearnerPoolHooks hooks_;
   grpc::CompletionQueue queue_;
 
-  mutable std::mutex mu_;
-  mutable std::condition_variable ready_changed_;
-  ConnectOptions connect_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex mu_;
+  ConnectConfig connect_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Learner>> learners_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;
   size_t last_reported_ready_ ABSL_GUARDED_BY(mu_) = 0;

@@ -14,22 +14,14 @@ constexpr std::chrono::milliseconds kStartTimeout(5000);
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& listen, const MetricsRegistry* registry) {
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) {
+    const HostPort& listen, const MetricsRegistry* registry) {
+  if (listen.is_unix()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("metrics.listen '", listen, "' is not host:port"));
+        absl::StrCat("metrics.listen '", listen.ToString(),
+                     "': unix sockets are not served"));
   }
-  std::string host = listen.substr(0, colon);
-  if (host.size() > 1 && host.front() == '[')
-    host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(listen.substr(colon + 1));
-  } catch (...) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics.listen '", listen, "' has no numeric port"));
-  }
+  const std::string& host = listen.host;
+  const int port = listen.port;
   std::unique_ptr<MetricsHttpServer> self(new MetricsHttpServer());
   self->server_ = std::make_unique<httplib::Server>();
   self->server_->Get("/metrics", [registry](const httplib::Request&,
@@ -46,8 +38,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     self->port_ = self->server_->bind_to_port(host, port) ? port : -1;
   }
   if (self->port_ <= 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on '", listen, "': address invalid or in use"));
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on '",
+                                               listen.ToString(),
+                                               "': address invalid or in use"));
   }
   httplib::Server* server = self->server_.get();
   self->thread_ = std::thread([server] { server->listen_after_bind(); });
@@ -59,7 +52,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     if (std::chrono::steady_clock::now() >= deadline) {
       self->server_->stop();
       return absl::DeadlineExceededError(
-          absl::StrCat("the metrics server on '", listen,
+          absl::StrCat("the metrics server on '", listen.ToString(),
                        "' did not start within ", kStartTimeout.count(), "ms"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

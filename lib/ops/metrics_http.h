@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "lib/base/host_port.h"
 #include "lib/ops/metrics.h"
 
 namespace httplib {
@@ -23,7 +24,7 @@ class MetricsHttpServer {
  public:
   // Binds `listen` ("host:port"; port 0 picks one) and serves.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
-      const std::string& listen, const MetricsRegistry* registry);
+      const HostPort& listen, const MetricsRegistry* registry);
   ~MetricsHttpServer();
 
   int port() const { return port_; }

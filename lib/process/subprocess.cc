@@ -28,7 +28,7 @@ extern char** environ;
 namespace aggregator {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 
 // How long the destructor and Stop wait for a SIGKILLed child to be reaped.
 constexpr std::chrono::seconds kKillWait(5);
@@ -62,8 +62,8 @@ class UniqueFd {
 
 // Milliseconds until `deadline` for poll(), rounded up so a wake-up is never
 // early.
-int PollTimeoutMs(Clock::time_point deadline) {
-  const Clock::time_point now = Clock::now();
+int PollTimeoutMs(Steady::time_point deadline) {
+  const Steady::time_point now = Steady::now();
   if (deadline <= now) return 0;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
   return static_cast<int>(
@@ -469,7 +469,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
 Subprocess::~Subprocess() {
   if (!exit_status_.has_value()) {
     SignalGroupOrChild(SIGKILL);
-    (void)Wait(Clock::now() + kKillWait);
+    (void)Wait(Steady::now() + kKillWait);
   }
   // Descendants may still hold the group after the leader is gone.
   if (group_alive_) killpg(pid_, SIGKILL);
@@ -504,7 +504,7 @@ std::optional<ExitStatus> Subprocess::Poll() {
   return exit_status_;
 }
 
-absl::StatusOr<ExitStatus> Subprocess::Wait(Clock::time_point deadline) {
+absl::StatusOr<ExitStatus> Subprocess::Wait(Steady::time_point deadline) {
   for (;;) {
     if (std::optional<ExitStatus> status = Poll()) return *status;
     const int timeout = PollTimeoutMs(deadline);
@@ -554,9 +554,9 @@ absl::Status Subprocess::Signal(int signo, bool group) {
 ExitStatus Subprocess::Stop(std::chrono::milliseconds grace) {
   if (!exit_status_.has_value()) {
     SignalGroupOrChild(SIGTERM);
-    if (!Wait(Clock::now() + grace).ok()) {
+    if (!Wait(Steady::now() + grace).ok()) {
       SignalGroupOrChild(SIGKILL);
-      (void)Wait(Clock::now() + kKillWait);
+      (void)Wait(Steady::now() + kKillWait);
     }
   }
   // Descendants may outlive the leader in its group: they go too. Once the
@@ -571,7 +571,7 @@ ExitStatus Subprocess::Stop(std::chrono::milliseconds grace) {
   return exit_status_.value_or(ExitStatus{});
 }
 
-absl::StatusOr<std::string> Subprocess::ReadLine(Clock::time_point deadline,
+absl::StatusOr<std::string> Subprocess::ReadLine(Steady::time_point deadline,
                                                  bool from_stderr) {
   const int fd = from_stderr ? stderr_fd_ : stdout_fd_;
   std::string& buffer = from_stderr ? stderr_buffer_ : stdout_buffer_;

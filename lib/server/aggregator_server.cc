@@ -16,14 +16,6 @@ namespace {
 
 constexpr char kLearnerServiceName[] = "aggregator.v1.Learner";
 
-LearnerServiceOptions ServiceOptions(const AggregatorConfig& config) {
-  LearnerServiceOptions options;
-  options.min_learners = config.min_learners;
-  options.call_timeout = config.call_timeout;
-  options.homogeneous_keys = config.homogeneous_keys;
-  return options;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
@@ -32,22 +24,18 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   AggregatorServer* raw = self.get();
   self->hooks_ = std::move(hooks);
   self->config_ = config;
-  self->min_learners_ = config.min_learners;
+  self->min_learners_ = config.service.min_learners;
 
-  LearnerPoolOptions pool_options;
-  pool_options.connect = config.connect;
-  pool_options.max_message_bytes = config.max_message_bytes;
-  pool_options.on_ready_change = [raw](size_t ready, size_t total) {
+  LearnerPoolHooks pool_hooks;
+  pool_hooks.on_ready_change = [raw](size_t ready, size_t total) {
     raw->OnReadyChange(ready, total);
   };
-  self->pool_ = std::make_unique<LearnerPool>(std::move(pool_options));
+  self->pool_ = std::make_unique<LearnerPool>(
+      config.connect, config.max_message_bytes, std::move(pool_hooks));
   self->learner_service_ = std::make_unique<LearnerService>(
-      self->pool_.get(), ServiceOptions(config), &self->metrics_);
+      self->pool_.get(), config.service, &self->metrics_);
   self->admin_service_ = std::make_unique<AdminService>(
-      [raw](aggregator::v1::AggregatorStatus* status) {
-        raw->FillStatus(status);
-      },
-      self->hooks_.reload);
+      [raw] { return raw->Status(); }, self->hooks_.reload);
   self->metrics_.registry().AddCollector([raw] { raw->CollectMetrics(); });
 
   // Before the server starts, so status calls always find it; its workers
@@ -63,15 +51,15 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
       static_cast<int>(std::min<int64_t>(config.max_message_bytes, INT_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(limit);
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
-                           &self->port_);
+  builder.AddListeningPort(config.listen.ToString(),
+                           grpc::InsecureServerCredentials(), &self->port_);
   builder.RegisterService(self->learner_service_.get());
   builder.RegisterService(self->admin_service_.get());
   self->server_ = builder.BuildAndStart();
   if (self->server_ == nullptr || self->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", config.listen, "' (from ", config.source,
-        "): the address is invalid or already in use"));
+        "cannot listen on '", config.listen.ToString(), "' (from ",
+        config.source, "): the address is invalid or already in use"));
   }
   self->OnReadyChange(0, config.learners.size());
 
@@ -87,7 +75,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
       "worker replica(s)), {} worker(s), min_learners {}",
       self->address(), config.learners.size() + worker_learners,
       config.learners.size(), worker_learners, config.workers.size(),
-      config.min_learners);
+      config.service.min_learners);
   self->UpdateLearners();
   return self;
 }
@@ -97,17 +85,17 @@ AggregatorServer::~AggregatorServer() {
 }
 
 AggregatorConfig AggregatorServer::config() const {
-  std::lock_guard<std::mutex> lock(config_mu_);
+  absl::MutexLock lock(&config_mu_);
   return config_;
 }
 
 std::chrono::milliseconds AggregatorServer::config_drain_timeout() const {
-  std::lock_guard<std::mutex> lock(config_mu_);
+  absl::MutexLock lock(&config_mu_);
   return config_.drain_timeout;
 }
 
 void AggregatorServer::UpdateLearners() {
-  std::lock_guard<std::mutex> lock(learners_mu_);
+  absl::MutexLock lock(&learners_mu_);
   // After Shutdown began the pool only drains; the manager is stopping.
   if (shutting_down_) return;
   std::vector<LearnerEndpoint> learners = config().learners;
@@ -120,14 +108,7 @@ void AggregatorServer::UpdateLearners() {
 }
 
 std::string AggregatorServer::address() const {
-  const std::string listen = config().listen;
-  if (listen.rfind("unix:", 0) == 0) return listen;
-  const size_t colon = listen.rfind(':');
-  std::string host =
-      colon == std::string::npos ? listen : listen.substr(0, colon);
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  if (host == "[::]") host = "[::1]";
-  return absl::StrCat(host, ":", port_);
+  return config().listen.WithPort(port_).Dialable().ToString();
 }
 
 bool AggregatorServer::WaitUntilReady(
@@ -140,7 +121,7 @@ std::string AggregatorServer::Summary() const {
   size_t running = 0;
   const auto workers = workers_->Status();
   for (const auto& worker : workers) {
-    if (worker.state() == aggregator::v1::WORKER_STATE_RUNNING) ++running;
+    if (worker.state == WorkerState::kRunning) ++running;
   }
   std::string summary = absl::StrCat(pool_->ReadyCount(), " of ", pool_->size(),
                                      " learners ready");
@@ -154,7 +135,7 @@ std::string AggregatorServer::Summary() const {
 void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
   bool now_ready = false;
   {
-    std::lock_guard<std::mutex> lock(health_mu_);
+    absl::MutexLock lock(&health_mu_);
     if (shutting_down_ || draining_ || server_ == nullptr) return;
     const int min_learners = min_learners_.load();
     now_ready = ready >= static_cast<size_t>(std::max(0, min_learners));
@@ -170,16 +151,14 @@ void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
   if (hooks_.on_ready_change) hooks_.on_ready_change(now_ready, ready, total);
 }
 
-void AggregatorServer::FillStatus(aggregator::v1::AggregatorStatus* status) {
-  for (auto& learner : pool_->Status()) {
-    *status->add_learners() = std::move(learner);
-  }
-  for (auto& worker : workers_->Status()) {
-    *status->add_workers() = std::move(worker);
-  }
-  status->set_config_path(config().source);
-  status->set_config_generation(generation_.load());
-  status->set_ready(ready_.load());
+ServerStatus AggregatorServer::Status() const {
+  ServerStatus status;
+  status.learners = pool_->Status();
+  status.workers = workers_->Status();
+  status.config_path = config().source;
+  status.config_generation = generation_.load();
+  status.ready = ready_.load();
+  return status;
 }
 
 void AggregatorServer::CollectMetrics() {
@@ -187,32 +166,31 @@ void AggregatorServer::CollectMetrics() {
   std::map<std::string, int> by_state = {
       {"ready", 0}, {"connecting", 0}, {"failed", 0}};
   for (const auto& learner : pool_->Status()) {
-    ++by_state[LearnerStateName(learner.state())];
+    ++by_state[LearnerStateName(learner.state)];
   }
   for (const auto& [state, count] : by_state) {
     metrics_.SetLearners(state, count);
   }
   for (const auto& worker : workers_->Status()) {
-    metrics_.SetWorkerRestarts(worker.name(), worker.index(),
-                               worker.restarts());
+    metrics_.SetWorkerRestarts(worker.name, worker.index, worker.restarts);
   }
 }
 
-absl::StatusOr<aggregator::v1::ReloadReply> AggregatorServer::Reload(
+absl::StatusOr<ReloadResult> AggregatorServer::Reload(
     const AggregatorConfig& next) {
-  std::lock_guard<std::mutex> reload_lock(reload_mu_);
+  absl::MutexLock reload_lock(&reload_mu_);
   absl::StatusOr<std::string> summary = DescribeReload(config(), next);
   if (!summary.ok()) {
     metrics_.Reloaded(false);
     return summary.status();
   }
   {
-    std::lock_guard<std::mutex> lock(config_mu_);
+    absl::MutexLock lock(&config_mu_);
     config_ = next;
   }
-  min_learners_ = next.min_learners;
-  pool_->SetConnectOptions(next.connect);
-  learner_service_->SetOptions(ServiceOptions(next));
+  min_learners_ = next.service.min_learners;
+  pool_->SetConnectConfig(next.connect);
+  learner_service_->SetConfig(next.service);
   if (absl::Status applied = workers_->Apply(next.workers); !applied.ok()) {
     // The file was valid; a worker that cannot start is reported by its
     // state, as at start-up.
@@ -221,16 +199,13 @@ absl::StatusOr<aggregator::v1::ReloadReply> AggregatorServer::Reload(
   UpdateLearners();
   // min_learners may have changed: recompute readiness now.
   OnReadyChange(pool_->ReadyCount(), pool_->size());
-  aggregator::v1::ReloadReply reply;
-  reply.set_config_generation(++generation_);
-  reply.set_summary(*summary);
   metrics_.Reloaded(true);
-  return reply;
+  return ReloadResult{++generation_, *std::move(summary)};
 }
 
 bool AggregatorServer::Drain(std::chrono::steady_clock::time_point deadline) {
   {
-    std::lock_guard<std::mutex> lock(health_mu_);
+    absl::MutexLock lock(&health_mu_);
     if (shutting_down_ || server_ == nullptr) return true;
     draining_ = true;
     ready_ = false;
@@ -245,7 +220,7 @@ bool AggregatorServer::Drain(std::chrono::steady_clock::time_point deadline) {
 void AggregatorServer::Shutdown(
     std::chrono::system_clock::time_point deadline) {
   {
-    std::lock_guard<std::mutex> lock(health_mu_);
+    absl::MutexLock lock(&health_mu_);
     if (shutting_down_.exchange(true) || server_ == nullptr) return;
     server_->GetHealthCheckService()->SetServingStatus(false);
   }

@@ -18,17 +18,17 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "lib/service/admin_service.h"
-#include "lib/ops/aggregator_metrics.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/config/config.h"
 #include "lib/learners/learner_pool.h"
+#include "lib/ops/aggregator_metrics.h"
+#include "lib/server/admin_service.h"
 #include "lib/service/learner_service.h"
 #include "lib/workers/worker_manager.h"
 
@@ -41,7 +41,7 @@ struct ServerHooks {
       on_ready_change;
   // Serves AggregatorAdmin.Reload: re-reads the configuration and calls
   // Reload(). Without it the RPC answers UNIMPLEMENTED.
-  std::function<absl::StatusOr<aggregator::v1::ReloadReply>()> reload;
+  std::function<absl::StatusOr<ReloadResult>()> reload;
 };
 
 class AggregatorServer {
@@ -74,8 +74,7 @@ class AggregatorServer {
   // the log level. A change of a field that needs a restart (listen,
   // max_message_bytes, metrics.listen) is FAILED_PRECONDITION naming the
   // field, and nothing is applied. Returns the new generation and a summary.
-  absl::StatusOr<aggregator::v1::ReloadReply> Reload(
-      const AggregatorConfig& next);
+  absl::StatusOr<ReloadResult> Reload(const AggregatorConfig& next);
 
   // Health NOT_SERVING, new calls refused (UNAVAILABLE), then waits until the
   // calls in flight finish or `deadline` passes. True when none is left.
@@ -89,7 +88,7 @@ class AggregatorServer {
  private:
   AggregatorServer() = default;
   void OnReadyChange(size_t ready, size_t total);
-  void FillStatus(aggregator::v1::AggregatorStatus* status);
+  ServerStatus Status() const;
   void CollectMetrics();
   // Gives the pool config.learners + the learner workers' endpoints, if that
   // set changed. Called at start, on reload and by the worker manager.
@@ -98,11 +97,11 @@ class AggregatorServer {
 
   ServerHooks hooks_;
   AggregatorMetrics metrics_;
-  mutable std::mutex config_mu_;
+  mutable absl::Mutex config_mu_;
   AggregatorConfig config_ ABSL_GUARDED_BY(config_mu_);
   std::atomic<int64_t> generation_{1};
   std::atomic<int> min_learners_{1};
-  std::mutex reload_mu_;  // one reload at a time
+  absl::Mutex reload_mu_;  // one reload at a time
   std::unique_ptr<LearnerPool> pool_;
   std::unique_ptr<LearnerService> learner_service_;
   std::unique_ptr<AdminService> admin_service_;
@@ -111,9 +110,9 @@ class AggregatorServer {
   int port_ = 0;
   std::atomic<bool> ready_{false};
   std::atomic<bool> shutting_down_{false};
-  std::mutex health_mu_;  // orders health updates against Drain/Shutdown
+  absl::Mutex health_mu_;  // orders health updates against Drain/Shutdown
   bool draining_ ABSL_GUARDED_BY(health_mu_) = false;
-  std::mutex learners_mu_;
+  absl::Mutex learners_mu_;
   // The set last given to the pool.
   std::optional<std::vector<LearnerEndpoint>> learner_set_
       ABSL_GUARDED_BY(learners_mu_);

@@ -40,23 +40,22 @@ void WarnIfDifferent(const char* method, const char* field,
 
 }  // namespace
 
-LearnerService::LearnerService(LearnerPool* pool, LearnerServiceOptions options,
+LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
                                AggregatorMetrics* metrics)
     : pool_(pool), metrics_(metrics) {
-  SetOptions(std::move(options));
+  SetConfig(config);
 }
 
-void LearnerService::SetOptions(LearnerServiceOptions options) {
-  InfoMerger merger(options.homogeneous_keys);
+void LearnerService::SetConfig(const ServiceConfig& config) {
   auto settings = std::make_shared<const Settings>(
-      Settings{std::move(options), std::move(merger)});
-  std::lock_guard<std::mutex> lock(mu_);
+      Settings{config, InfoMerger(config.merge)});
+  absl::MutexLock lock(&mu_);
   settings_ = std::move(settings);
 }
 
 std::shared_ptr<const LearnerService::Settings> LearnerService::settings()
     const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return settings_;
 }
 
@@ -64,12 +63,12 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
     const char* method, const Settings& settings) const {
   std::vector<LearnerHandle> ready = pool_->Ready();
   const size_t needed =
-      static_cast<size_t>(std::max(1, settings.options.min_learners));
+      static_cast<size_t>(std::max(1, settings.config.min_learners));
   if (ready.size() >= needed) return ready;
   const std::string not_ready = pool_->DescribeNotReady();
   return absl::UnavailableError(absl::StrCat(
       method, ": ", ready.size(), " of ", pool_->size(), " learner(s) ready, ",
-      needed, " needed (min_learners ", settings.options.min_learners, ")",
+      needed, " needed (min_learners ", settings.config.min_learners, ")",
       not_ready.empty() ? "" : ": ", not_ready));
 }
 
@@ -110,14 +109,14 @@ void LearnerService::Finish(grpc::ServerUnaryReactor* reactor,
                          .count());
   }
   reactor->Finish(status);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (--in_flight_ == 0) idle_.notify_all();
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
 }
 
 bool LearnerService::Enter(grpc::ServerUnaryReactor* reactor,
                            const char* method) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!draining_) {
       ++in_flight_;
       return true;
@@ -132,13 +131,18 @@ bool LearnerService::Enter(grpc::ServerUnaryReactor* reactor,
 }
 
 void LearnerService::StartDraining() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   draining_ = true;
 }
 
 bool LearnerService::WaitIdle(std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return idle_.wait_until(lock, deadline, [this] { return in_flight_ == 0; });
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return in_flight_ == 0;
+  };
+  return mu_.AwaitWithTimeout(
+      absl::Condition(&idle),
+      absl::FromChrono(deadline - std::chrono::steady_clock::now()));
 }
 
 template <typename Request, typename Reply>
@@ -156,7 +160,7 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
     return reactor;
   }
   FanOut<Request, Reply>(
-      context, settings->options.call_timeout, std::move(*learners), {request},
+      context, settings->config.call_timeout, std::move(*learners), {request},
       start,
       [this, method, reactor, started, merge = std::move(merge)](auto& calls) {
         grpc::Status status = Summarize(method, calls);
@@ -297,7 +301,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     first += count;
   }
   FanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
-      context, settings->options.call_timeout, std::move(learners),
+      context, settings->config.call_timeout, std::move(learners),
       std::move(slices),
       [](const LearnerHandle& l, grpc::ClientContext* c,
          const grpc::ByteBuffer* r, grpc::ByteBuffer* p,

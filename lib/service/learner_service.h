@@ -7,53 +7,48 @@
 //   naming every learner that failed and why;
 // - GetData sums the demands, takes the other fields from the first learner,
 // and
-//   records the split as a plan (lib/aggregation/split_planner.h) whose id it returns;
+//   records the split as a plan (lib/aggregation/split_planner.h) whose id it
+//   returns;
 // - Learn checks the plan (latest, same learners, same sample count), sends
 // slice i to
 //   learner i and merges the infos (lib/aggregation/info_merger.h).
 // Every failure is a prompt gRPC error naming the learner(s) and the cause.
 //
-// Thread-safety: all RPCs may run concurrently; options can be replaced at any
-// time (calls in flight keep the options they started with).
+// Thread-safety: all RPCs may run concurrently; the configuration can be
+// replaced at any time (calls in flight keep the one they started with).
 #ifndef LIB_SERVICE_LEARNER_SERVICE_H_
 #define LIB_SERVICE_LEARNER_SERVICE_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "lib/ops/aggregator_metrics.h"
-#include "lib/learners/fan_out.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/aggregation/info_merger.h"
-#include "lib/learners/learner_pool.h"
 #include "lib/aggregation/split_planner.h"
+#include "lib/config/config.h"
+#include "lib/learners/fan_out.h"
+#include "lib/learners/learner_pool.h"
+#include "lib/ops/aggregator_metrics.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
 
-struct LearnerServiceOptions {
-  // Ready learners needed for a call to proceed (at least one is always
-  // needed).
-  int min_learners = 1;
-  std::chrono::milliseconds call_timeout{60000};
-  std::vector<std::string> homogeneous_keys = {"learner_step", "buffer_id",
-                                               "task_id", "learner_done"};
-};
-
-// Learn is relayed as raw bytes (lib/aggregation/raw_batch.h): the batch is never parsed.
+// Learn is relayed as raw bytes (lib/aggregation/raw_batch.h): the batch is
+// never parsed.
 class LearnerService final
     : public aggregator::v1::Learner::WithRawCallbackMethod_Learn<
           aggregator::v1::Learner::CallbackService> {
  public:
   // `pool` and `metrics` (optional) must outlive the service.
-  LearnerService(LearnerPool* pool, LearnerServiceOptions options,
+  // A call proceeds with min_learners ready learners (at least one is always
+  // needed).
+  LearnerService(LearnerPool* pool, const ServiceConfig& config,
                  AggregatorMetrics* metrics = nullptr);
 
-  void SetOptions(LearnerServiceOptions options);
+  void SetConfig(const ServiceConfig& config);
 
   // From now on new calls fail with UNAVAILABLE; calls in flight go on.
   void StartDraining();
@@ -82,7 +77,7 @@ class LearnerService final
 
  private:
   struct Settings {
-    LearnerServiceOptions options;
+    ServiceConfig config;
     InfoMerger merger;
   };
   std::shared_ptr<const Settings> settings() const;
@@ -118,11 +113,10 @@ class LearnerService final
   LearnerPool* const pool_;
   AggregatorMetrics* const metrics_;
   SplitPlanner planner_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::condition_variable idle_;
 };
 
 }  // namespace aggregator

@@ -13,7 +13,7 @@
 namespace aggregator {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Steady = std::chrono::steady_clock;
 
 absl::Status CheckName(absl::string_view kind, const std::string& name) {
   if (name.empty() || name[0] == '_') {
@@ -176,12 +176,12 @@ absl::Status ServeWorker(WorkerObject& object, WorkerChannel& channel) {
   v1::WorkerRequest request;
   v1::WorkerReply reply;
   for (;;) {
-    absl::Status status = channel.Read(&request, Clock::time_point::max());
+    absl::Status status = channel.Read(&request, Steady::time_point::max());
     if (absl::IsOutOfRange(status)) return absl::OkStatus();
     if (!status.ok()) return status;
     if (request.method() == kShutdownMethod) return absl::OkStatus();
     object.Handle(request, &reply);
-    status = channel.Write(reply, Clock::time_point::max());
+    status = channel.Write(reply, Steady::time_point::max());
     if (!status.ok()) return status;
   }
 }
@@ -204,7 +204,7 @@ int RunWorkerProcess(const WorkerInit& init) {
 
   absl::StatusOr<std::unique_ptr<WorkerObject>> object = RunWorkerInit(init);
   absl::Status status =
-      channel.Write(InitReply(object.status()), Clock::time_point::max());
+      channel.Write(InitReply(object.status()), Steady::time_point::max());
   if (!object.ok()) {
     fprintf(stderr, "worker: init failed: %s\n",
             object.status().ToString().c_str());

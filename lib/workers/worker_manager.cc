@@ -30,10 +30,9 @@ extern "C" {
 namespace aggregator {
 namespace {
 
-namespace pb = aggregator::v1;
 using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
-using TimePoint = WorkerClock::TimePoint;
+using TimePoint = Clock::TimePoint;
 
 // The workspace name in WORKSPACE: the runfiles tree's top directory.
 constexpr char kWorkspaceName[] = "learner_aggregator";
@@ -53,19 +52,6 @@ constexpr milliseconds kIdleWait(60000);
 // Apply waits this long for the manager thread to take the new specs.
 constexpr std::chrono::seconds kCommandTimeout(30);
 
-class SteadyClockImpl : public WorkerClock {
- public:
-  TimePoint Now() const override { return Steady::now(); }
-  std::optional<milliseconds> RealDelayUntil(TimePoint when) const override {
-    const TimePoint now = Steady::now();
-    if (when <= now) return milliseconds(0);
-    // Rounded up, so a wake-up is never early.
-    return std::chrono::ceil<milliseconds>(when - now);
-  }
-  int AddWaker(std::function<void()>) override { return 0; }
-  void RemoveWaker(int) override {}
-};
-
 // "1.5s", "250ms", "1m"; "0s" rather than absl's bare "0".
 std::string FormatMs(std::chrono::nanoseconds duration) {
   const int64_t ms = std::chrono::duration_cast<milliseconds>(duration).count();
@@ -83,14 +69,6 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &info) == 0;
 }
 
-// initial * multiplier^n, capped at max.
-milliseconds BackoffDelay(const WorkerBackoffOptions& backoff, int n) {
-  const double ms = static_cast<double>(backoff.initial.count()) *
-                    std::pow(backoff.multiplier, n);
-  if (!(ms < static_cast<double>(backoff.max.count()))) return backoff.max;
-  return milliseconds(static_cast<int64_t>(std::llround(ms)));
-}
-
 bool UsesPort(const WorkerSpec& spec) {
   auto uses = [](const std::string& text) {
     return text.find("{port}") != std::string::npos;
@@ -103,9 +81,7 @@ bool UsesPort(const WorkerSpec& spec) {
 
 // Everything but `replicas` is the same: the running replicas can stay.
 bool SameExceptReplicas(const WorkerSpec& a, const WorkerSpec& b) {
-  WorkerSpec copy = b;
-  copy.replicas = a.replicas;
-  return a == copy;
+  return a.FieldsButReplicas() == b.FieldsButReplicas();
 }
 
 absl::Status ValidateSpecs(const std::vector<WorkerSpec>& specs) {
@@ -137,52 +113,22 @@ absl::Status ValidateSpecs(const std::vector<WorkerSpec>& specs) {
   return absl::OkStatus();
 }
 
-bool SameStatus(const std::vector<pb::WorkerStatus>& a,
-                const std::vector<pb::WorkerStatus>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].SerializeAsString() != b[i].SerializeAsString()) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
-WorkerClock& SteadyWorkerClock() {
-  static SteadyClockImpl* clock = new SteadyClockImpl();
-  return *clock;
-}
-
-FakeWorkerClock::FakeWorkerClock()
-    : now_(TimePoint() + std::chrono::hours(1000)) {}
-
-TimePoint FakeWorkerClock::Now() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return now_;
-}
-
-std::optional<milliseconds> FakeWorkerClock::RealDelayUntil(TimePoint) const {
-  return std::nullopt;
-}
-
-int FakeWorkerClock::AddWaker(std::function<void()> wake) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const int token = next_token_++;
-  wakers_.emplace(token, std::move(wake));
-  return token;
-}
-
-void FakeWorkerClock::RemoveWaker(int token) {
-  std::lock_guard<std::mutex> lock(mu_);
-  wakers_.erase(token);
-}
-
-void FakeWorkerClock::Advance(milliseconds delta) {
-  // Wakers run under the lock, so once RemoveWaker returns its waker is never
-  // called again (the manager closes what it writes to).
-  std::lock_guard<std::mutex> lock(mu_);
-  now_ += delta;
-  for (const auto& [token, wake] : wakers_) wake();
+const char* WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kStarting:
+      return "starting";
+    case WorkerState::kRunning:
+      return "running";
+    case WorkerState::kBackoff:
+      return "backoff";
+    case WorkerState::kStopped:
+      return "stopped";
+    case WorkerState::kFailed:
+      return "failed";
+  }
+  return "unknown";
 }
 
 std::string ExpandWorkerTemplate(std::string_view text, const WorkerSpec& spec,
@@ -276,7 +222,7 @@ struct WorkerManager::Replica {
   const int index;
   const std::string label;                 // "<name>-<index>", for logs
   std::shared_ptr<const WorkerSpec> spec;  // what it runs
-  pb::WorkerState state = pb::WORKER_STATE_STARTING;
+  WorkerState state = WorkerState::kStarting;
   std::unique_ptr<Subprocess> process;
   int pidfd = -1;  // our own, so the manager can poll for the exit
   bool out_open = false;
@@ -304,7 +250,7 @@ struct WorkerManager::Worker {
 
 WorkerManager::WorkerManager(WorkerManagerOptions options)
     : options_(std::move(options)),
-      clock_(options_.clock != nullptr ? options_.clock : &SteadyWorkerClock()),
+      clock_(&ClockOrSteady(options_.clock)),
       runfiles_dirs_(options_.runfiles_dirs.has_value()
                          ? *options_.runfiles_dirs
                          : FindRunfilesDirs()),
@@ -363,7 +309,7 @@ absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
   return absl::OkStatus();
 }
 
-std::vector<pb::WorkerStatus> WorkerManager::Status() const {
+std::vector<WorkerSnapshot> WorkerManager::Status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
 }
@@ -451,7 +397,7 @@ void WorkerManager::Run() {
                 "SIGKILL; giving up on it",
                 replica->label, replica->process->pid(), kKillWait.count());
             CloseProcess(*replica);
-            replica->state = pb::WORKER_STATE_STOPPED;
+            replica->state = WorkerState::kStopped;
           }
         }
         finished = true;
@@ -539,7 +485,7 @@ void WorkerManager::Reconcile(const std::vector<WorkerSpec>& specs) {
 void WorkerManager::StartReplica(Worker& worker, Replica& replica) {
   const WorkerSpec& spec = *replica.spec;
   const TimePoint now = clock_->Now();
-  replica.state = pb::WORKER_STATE_STARTING;
+  replica.state = WorkerState::kStarting;
   replica.started_at = now;
   replica.due = now + spec.min_uptime;
   replica.stopping = false;
@@ -616,7 +562,7 @@ void WorkerManager::AfterExit(Worker& worker, Replica& replica,
   const bool restart = spec.restart == RestartPolicy::kAlways ||
                        (spec.restart == RestartPolicy::kOnFailure && failed);
   if (!restart) {
-    replica.state = failed ? pb::WORKER_STATE_FAILED : pb::WORKER_STATE_STOPPED;
+    replica.state = failed ? WorkerState::kFailed : WorkerState::kStopped;
     if (failed) {
       spdlog::error("worker {} failed (restart: {}): {}", replica.label,
                     RestartPolicyName(spec.restart), what);
@@ -632,7 +578,7 @@ void WorkerManager::AfterExit(Worker& worker, Replica& replica,
     replica.restart_times.pop_front();
   }
   if (replica.restart_times.size() >= static_cast<size_t>(spec.max_restarts)) {
-    replica.state = pb::WORKER_STATE_FAILED;
+    replica.state = WorkerState::kFailed;
     replica.last_error =
         absl::StrCat(what, "; not restarted: it would be restart ",
                      replica.restart_times.size() + 1, " within ",
@@ -645,7 +591,7 @@ void WorkerManager::AfterExit(Worker& worker, Replica& replica,
   ++replica.failed_starts;
   ++replica.restarts;
   replica.restart_times.push_back(now);
-  replica.state = pb::WORKER_STATE_BACKOFF;
+  replica.state = WorkerState::kBackoff;
   replica.due = now + delay;
   spdlog::info("worker {}: restart {} in {}", replica.label, replica.restarts,
                FormatMs(delay));
@@ -659,7 +605,7 @@ void WorkerManager::Stop(Worker& worker, Replica& replica, AfterStop after) {
   }
   if (replica.stopping) return;
   replica.stopping = true;
-  replica.state = pb::WORKER_STATE_STOPPED;
+  replica.state = WorkerState::kStopped;
   replica.kill_at = clock_->Now() + replica.spec->stop_timeout;
   spdlog::info("stopping worker {} (pid {}): SIGTERM, SIGKILL after {}",
                replica.label, replica.process->pid(),
@@ -685,8 +631,8 @@ void WorkerManager::Stopped(Worker& worker, Replica& replica) {
       StartReplica(worker, replica);
       return;
     case AfterStop::kStay:
-      if (replica.state != pb::WORKER_STATE_FAILED) {
-        replica.state = pb::WORKER_STATE_STOPPED;
+      if (replica.state != WorkerState::kFailed) {
+        replica.state = WorkerState::kStopped;
       }
       return;
   }
@@ -708,14 +654,13 @@ void WorkerManager::RunDueTimers() {
           (void)replica.process->Signal(SIGKILL);
           replica.killed = true;
         }
-      } else if (replica.state == pb::WORKER_STATE_STARTING &&
+      } else if (replica.state == WorkerState::kStarting &&
                  replica.process != nullptr && now >= replica.due) {
-        replica.state = pb::WORKER_STATE_RUNNING;
+        replica.state = WorkerState::kRunning;
         replica.failed_starts = 0;
         spdlog::info("worker {} (pid {}) running", replica.label,
                      replica.process->pid());
-      } else if (replica.state == pb::WORKER_STATE_BACKOFF &&
-                 now >= replica.due) {
+      } else if (replica.state == WorkerState::kBackoff && now >= replica.due) {
         StartReplica(*worker, replica);
       }
     }
@@ -805,8 +750,9 @@ void WorkerManager::PollOnce() {
   }
   milliseconds timeout = kIdleWait;
   auto wait_for = [&](TimePoint when) {
-    if (std::optional<milliseconds> delay = clock_->RealDelayUntil(when)) {
-      timeout = std::min(timeout, *delay);
+    if (std::optional<Clock::Duration> delay = clock_->RealDelayUntil(when)) {
+      // Rounded up, so a wake-up is never early.
+      timeout = std::min(timeout, std::chrono::ceil<milliseconds>(*delay));
     }
   };
   for (auto& [name, worker] : workers_) {
@@ -814,8 +760,8 @@ void WorkerManager::PollOnce() {
       Replica& replica = *replica_ptr;
       if (replica.stopping) {
         if (!replica.killed) wait_for(replica.kill_at);
-      } else if (replica.state == pb::WORKER_STATE_STARTING ||
-                 replica.state == pb::WORKER_STATE_BACKOFF) {
+      } else if (replica.state == WorkerState::kStarting ||
+                 replica.state == WorkerState::kBackoff) {
         wait_for(replica.due);
       }
       if (replica.process == nullptr) continue;
@@ -875,7 +821,7 @@ void WorkerManager::PollOnce() {
 }
 
 bool WorkerManager::Publish(uint64_t handled_seq) {
-  std::vector<pb::WorkerStatus> status;
+  std::vector<WorkerSnapshot> status;
   std::vector<LearnerEndpoint> endpoints;
   std::vector<const Worker*> ordered;
   std::set<std::string> listed;
@@ -890,25 +836,21 @@ bool WorkerManager::Publish(uint64_t handled_seq) {
   }
   for (const Worker* worker : ordered) {
     for (const auto& [index, replica] : worker->replicas) {
-      pb::WorkerStatus& entry = status.emplace_back();
-      entry.set_name(replica->spec->name);
-      entry.set_index(index);
-      entry.set_pid(replica->process != nullptr ? replica->process->pid() : 0);
-      entry.set_state(replica->state);
-      entry.set_restarts(replica->restarts);
-      entry.set_last_error(replica->last_error);
+      status.push_back(WorkerSnapshot{
+          replica->spec->name, index,
+          replica->process != nullptr ? replica->process->pid() : 0,
+          replica->state, replica->restarts, replica->last_error});
     }
     const WorkerSpec* spec = worker->spec.get();
     if (spec == nullptr || !spec->learner) continue;
     for (int index = 0; index < spec->replicas; ++index) {
       endpoints.push_back(
           {absl::StrCat(spec->name, "-", index),
-           absl::StrCat("127.0.0.1:", spec->port_base + index)});
+           HostPort::Tcp("127.0.0.1", spec->port_base + index)});
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  const bool changed =
-      !SameStatus(status, status_) || !(endpoints == endpoints_);
+  const bool changed = !(status == status_) || !(endpoints == endpoints_);
   status_ = std::move(status);
   endpoints_ = std::move(endpoints);
   handled_seq_ = std::max(handled_seq_, handled_seq);

@@ -1,5 +1,6 @@
-// WorkerManager: runs the replicas of the `workers:` specs (lib/config/config.h) as
-// child processes and keeps them running by their restart policy.
+// WorkerManager: runs the replicas of the `workers:` specs
+// (lib/config/config.h) as child processes and keeps them running by their
+// restart policy.
 //
 // Each replica is one Subprocess: its own process group, PR_SET_PDEATHSIG so it
 // dies with the daemon, stdout and stderr captured and logged line by line
@@ -24,8 +25,8 @@
 // the state it publishes under mu_.
 //
 // Time: restart delays, min_uptime and stop_timeout are measured on an
-// injected WorkerClock, so tests drive them exactly with FakeWorkerClock.
-// Shutdown's deadline is real (steady_clock) time.
+// injected Clock (lib/base/clock.h), so tests drive them exactly with
+// FakeClock. Shutdown's deadline is real (steady_clock) time.
 #ifndef LIB_WORKERS_WORKER_MANAGER_H_
 #define LIB_WORKERS_WORKER_MANAGER_H_
 
@@ -40,61 +41,47 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/base/clock.h"
 #include "lib/config/config.h"
 #include "lib/process/subprocess.h"
-#include "proto/admin.pb.h"
 
 namespace aggregator {
 
-// The time the worker manager's timers run on.
-//
-// Thread-safety: all methods may be called from any thread.
-class WorkerClock {
- public:
-  using TimePoint = std::chrono::steady_clock::time_point;
-
-  virtual ~WorkerClock() = default;
-  virtual TimePoint Now() const = 0;
-  // How long, in real time, a waiter for `when` should sleep before looking at
-  // the clock again. A fake clock answers "no timer needed": it calls its
-  // wakers when it is advanced.
-  virtual std::optional<std::chrono::milliseconds> RealDelayUntil(
-      TimePoint when) const = 0;
-  // `wake` is called (from the thread moving the clock) whenever the time
-  // jumps; it must return quickly and not call the clock. Returns a token
-  // for RemoveWaker, after which `wake` is never called again.
-  virtual int AddWaker(std::function<void()> wake) = 0;
-  virtual void RemoveWaker(int token) = 0;
+// Where a worker replica is in its life.
+enum class WorkerState {
+  kStarting,  // started, not yet running for min_uptime
+  kRunning,
+  kBackoff,  // exited; waiting out its restart backoff
+  kStopped,
+  // Restart intensity exceeded, or a failed exit under `restart: never`; not
+  // restarted. (A clean exit that is not restarted is kStopped.)
+  kFailed,
 };
 
-// std::chrono::steady_clock. Never jumps, so it keeps no wakers.
-WorkerClock& SteadyWorkerClock();
+// "starting", "running", "backoff", "stopped", "failed".
+const char* WorkerStateName(WorkerState state);
 
-// A clock that only moves when told to, for tests.
-class FakeWorkerClock : public WorkerClock {
- public:
-  // Starts at an arbitrary fixed point.
-  FakeWorkerClock();
+// One replica as status and metrics see it.
+struct WorkerSnapshot {
+  std::string name;
+  int index = 0;
+  int pid = 0;  // 0 when no process runs
+  WorkerState state = WorkerState::kStarting;
+  int restarts = 0;
+  std::string last_error;
 
-  TimePoint Now() const override;
-  std::optional<std::chrono::milliseconds> RealDelayUntil(
-      TimePoint when) const override;
-  int AddWaker(std::function<void()> wake) override;
-  void RemoveWaker(int token) override;
-
-  // Moves the time forward and wakes every waker.
-  void Advance(std::chrono::milliseconds delta);
-
- private:
-  mutable std::mutex mu_;
-  TimePoint now_ ABSL_GUARDED_BY(mu_);
-  std::map<int, std::function<void()>> wakers_ ABSL_GUARDED_BY(mu_);
-  int next_token_ ABSL_GUARDED_BY(mu_) = 1;
+  bool operator==(const WorkerSnapshot& other) const {
+    const auto& [a_name, a_index, a_pid, a_state, a_restarts, a_error] = *this;
+    const auto& [b_name, b_index, b_pid, b_state, b_restarts, b_error] = other;
+    return std::tie(a_name, a_index, a_pid, a_state, a_restarts, a_error) ==
+           std::tie(b_name, b_index, b_pid, b_state, b_restarts, b_error);
+  }
 };
 
 // `text` with "{index}", "{port}" (port_base + index) and "{name}" replaced;
@@ -127,8 +114,8 @@ absl::StatusOr<SubprocessOptions> ReplicaSubprocessOptions(
     const std::vector<std::string>& runfiles_dirs);
 
 struct WorkerManagerOptions {
-  // Not owned; must outlive the manager. nullptr: SteadyWorkerClock().
-  WorkerClock* clock = nullptr;
+  // Not owned; must outlive the manager. nullptr: SteadyClock().
+  Clock* clock = nullptr;
   // Where relative programs are looked up after the working directory.
   // nullopt: FindRunfilesDirs().
   std::optional<std::vector<std::string>> runfiles_dirs;
@@ -162,7 +149,7 @@ class WorkerManager {
   // One entry per replica: workers in spec order (then removed workers still
   // stopping), replicas by index. A replica being stopped is STOPPED with its
   // pid until its process has exited.
-  std::vector<aggregator::v1::WorkerStatus> Status() const;
+  std::vector<WorkerSnapshot> Status() const;
 
   // {"<name>-<index>", "127.0.0.1:<port_base + index>"} for every replica of
   // every learner worker, whatever its state (the learner pool tracks whether
@@ -209,7 +196,7 @@ class WorkerManager {
   void Wake();
 
   const WorkerManagerOptions options_;
-  WorkerClock* const clock_;
+  Clock* const clock_;
   const std::vector<std::string> runfiles_dirs_;
   const int wake_fd_;  // eventfd: commands, clock jumps
   int waker_token_ = 0;
@@ -230,7 +217,7 @@ class WorkerManager {
   uint64_t handled_seq_ ABSL_GUARDED_BY(mu_) = 0;  // last one handled
   bool done_ ABSL_GUARDED_BY(mu_) = false;         // manager thread ended
   // What the manager thread publishes.
-  std::vector<aggregator::v1::WorkerStatus> status_ ABSL_GUARDED_BY(mu_);
+  std::vector<WorkerSnapshot> status_ ABSL_GUARDED_BY(mu_);
   std::vector<LearnerEndpoint> endpoints_ ABSL_GUARDED_BY(mu_);
   // The longest stop_timeout of the specs applied, for the destructor.
   std::chrono::milliseconds longest_stop_timeout_ ABSL_GUARDED_BY(mu_){0};

@@ -1,0 +1,964 @@
+#include "lib/config/config_loader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "yaml-cpp/yaml.h"
+
+namespace aggregator {
+namespace {
+
+constexpr int64_t kMinMessageBytes = 1024;
+constexpr int64_t kMaxMessageBytes = 2147483647;  // gRPC's limits are ints.
+// Beyond any sensible timeout; small enough that now() + it cannot overflow.
+constexpr absl::Duration kMaxDuration = absl::Hours(24 * 365);
+// A configuration is a few KiB; this keeps `--config /dev/zero` from hanging.
+constexpr size_t kMaxFileBytes = size_t{16} << 20;
+
+constexpr const char* kLogLevels[] = {"trace", "debug",    "info", "warn",
+                                      "error", "critical", "off"};
+constexpr const char* kRestartPolicies[] = {"always", "on-failure", "never"};
+constexpr int kMaxPort = 65535;
+// Every replica may need a port of its own.
+constexpr int kMaxReplicas = kMaxPort;
+constexpr char kPortPlaceholder[] = "{port}";
+
+// One value of the document: its node, where errors about it point, and its
+// path ("learners[2].address"; empty for the whole document).
+struct Field {
+  YAML::Node node;
+  YAML::Mark mark;
+  std::string path;
+};
+
+// How a node is described in "expected X, got Y" messages.
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return absl::StrCat("\"", node.Scalar(), "\"");
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
+  }
+}
+
+std::string Quote(absl::string_view text) {
+  return absl::StrCat("\"", text, "\"");
+}
+
+std::string Position(const YAML::Mark& mark) {
+  return absl::StrCat(mark.line + 1, ":", mark.column + 1);
+}
+
+bool IsWorkerNameChar(char c) {
+  return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+         c == '.' || c == '_';
+}
+
+// A POSIX shell can set it: letters, digits and '_', not starting with a digit.
+bool IsEnvName(absl::string_view name) {
+  if (name.empty() ||
+      absl::ascii_isdigit(static_cast<unsigned char>(name[0]))) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// Whether `id` is "<name>-<index>" for an index below `replicas`.
+bool IsReplicaId(absl::string_view id, absl::string_view name, int replicas) {
+  if (!absl::ConsumePrefix(&id, name) || !absl::ConsumePrefix(&id, "-")) {
+    return false;
+  }
+  if (id.empty() || id.size() > 5 || (id.size() > 1 && id[0] == '0') ||
+      !std::all_of(id.begin(), id.end(), [](char c) {
+        return absl::ascii_isdigit(static_cast<unsigned char>(c));
+      })) {
+    return false;
+  }
+  int index = 0;
+  return absl::SimpleAtoi(id, &index) && index < replicas;
+}
+
+// Reads one document into an AggregatorConfig, collecting every problem. Each
+// section has a reader; a section's keys are listed once, in ReadMap's table.
+class Parser {
+ public:
+  explicit Parser(std::string source) : source_(std::move(source)) {}
+
+  absl::StatusOr<AggregatorConfig> Parse(const std::string& yaml) {
+    AggregatorConfig config;
+    config.source = source_;
+    try {
+      ParseInto(yaml, &config);
+    } catch (const YAML::Exception& e) {
+      Error(e.mark, "", absl::StrCat("cannot read the YAML: ", e.msg));
+    } catch (const std::exception& e) {
+      Error(YAML::Mark::null_mark(), "",
+            absl::StrCat("cannot read the configuration: ", e.what()));
+    } catch (...) {
+      Error(YAML::Mark::null_mark(), "", "cannot read the configuration");
+    }
+    if (errors_.empty()) return config;
+    // Document order reads best; cross-field checks are added last.
+    std::stable_sort(errors_.begin(), errors_.end(),
+                     [](const Problem& a, const Problem& b) {
+                       return std::make_pair(a.line, a.column) <
+                              std::make_pair(b.line, b.column);
+                     });
+    std::vector<std::string> lines;
+    lines.reserve(errors_.size());
+    for (const Problem& problem : errors_) lines.push_back(problem.text);
+    return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+  }
+
+ private:
+  struct Problem {
+    int line;
+    int column;
+    std::string text;
+  };
+
+  // A key of a map section and the reader of its value.
+  struct Key {
+    const char* name;
+    std::function<void(const Field&)> read;
+  };
+
+  void ParseInto(const std::string& yaml, AggregatorConfig* config) {
+    std::optional<Field> root = ReadDocument(yaml);
+    if (!root) return;
+    std::optional<Field> min_learners;
+    ReadRoot(*root, config, &min_learners);
+    CheckWorkers(config->workers);
+    if (min_learners) CheckMinLearners(*min_learners, *config);
+  }
+
+  // The one document of the file as a map, or nullopt when it is empty (the
+  // default configuration) or not usable (reported).
+  std::optional<Field> ReadDocument(const std::string& yaml) {
+    std::vector<YAML::Node> documents;
+    try {
+      documents = YAML::LoadAll(yaml);
+    } catch (const YAML::ParserException& e) {
+      Error(e.mark, "", absl::StrCat("YAML syntax error: ", e.msg));
+      return std::nullopt;
+    }
+    for (size_t i = 1; i < documents.size(); ++i) {
+      if (!documents[i].IsNull()) {
+        Error(
+            documents[i].Mark(), "",
+            "only one YAML document is allowed; remove the \"---\" separator");
+      }
+    }
+    // An empty file, or one of only comments, is the default configuration.
+    if (documents.empty() || documents[0].IsNull()) return std::nullopt;
+    Field root{documents[0], documents[0].Mark(), ""};
+    if (!root.node.IsMap()) {
+      Error(root, absl::StrCat("expected a map of settings (key: value), got ",
+                               Describe(root.node)));
+      return std::nullopt;
+    }
+    return root;
+  }
+
+  // The top-level keys. `min_learners` is set where min_learners was written.
+  void ReadRoot(const Field& root, AggregatorConfig* config,
+                std::optional<Field>* min_learners) {
+    ServiceConfig& service = config->service;
+    ReadMap(
+        root,
+        {
+            {"listen",
+             [&](const Field& f) {
+               ReadAddress(f, /*allow_port_zero=*/true, &config->listen);
+             }},
+            {"learners",
+             [&](const Field& f) { ReadLearners(f, &config->learners); }},
+            {"workers",
+             [&](const Field& f) { ReadWorkers(f, &config->workers); }},
+            {"min_learners",
+             [&](const Field& f) {
+               if (ReadInt(f, 0, INT_MAX, &service.min_learners)) {
+                 *min_learners = f;
+               }
+             }},
+            {"connect",
+             [&](const Field& f) { ReadConnect(f, &config->connect); }},
+            {"call_timeout",
+             [&](const Field& f) { ReadDuration(f, &service.call_timeout); }},
+            {"drain_timeout",
+             [&](const Field& f) { ReadDuration(f, &config->drain_timeout); }},
+            {"metrics",
+             [&](const Field& f) {
+               ReadMap(f, {{"listen", [&](const Field& listen) {
+                              ReadOptionalAddress(listen,
+                                                  &config->metrics.listen);
+                            }}});
+             }},
+            {"max_message_bytes",
+             [&](const Field& f) {
+               ReadBytes(f, kMinMessageBytes, kMaxMessageBytes,
+                         &config->max_message_bytes);
+             }},
+            {"merge",
+             [&](const Field& f) {
+               ReadMap(f, {{"homogeneous_keys", [&](const Field& keys) {
+                              ReadNameList(keys,
+                                           &service.merge.homogeneous_keys);
+                            }}});
+             }},
+            {"log",
+             [&](const Field& f) {
+               ReadMap(f, {{"level", [&](const Field& level) {
+                              ReadOneOf(level, kLogLevels, &config->log.level);
+                            }}});
+             }},
+        });
+  }
+
+  // Only a written min_learners is checked: the default 1 with no learners
+  // listed is kept, since learners may also join later (reload).
+  void CheckMinLearners(const Field& field, const AggregatorConfig& config) {
+    int64_t worker_learners = 0;
+    for (const WorkerSpec& worker : config.workers) {
+      if (worker.learner) worker_learners += worker.replicas;
+    }
+    const int min_learners = config.service.min_learners;
+    const int64_t learners =
+        static_cast<int64_t>(config.learners.size()) + worker_learners;
+    if (min_learners <= learners) return;
+    Error(field,
+          worker_learners == 0
+              ? absl::StrCat(min_learners,
+                             " is more than the number of learners listed (",
+                             config.learners.size(), ")")
+              : absl::StrCat(min_learners,
+                             " is more than the number of learners (",
+                             config.learners.size(), " listed + ",
+                             worker_learners, " replicas of learner workers)"));
+  }
+
+  // What the checks across workers need: where each worker's fields were.
+  struct WorkerFields {
+    std::optional<Field> name;       // set when the name is valid
+    std::optional<Field> port_base;  // set when port_base is valid
+    bool port_base_written = false;  // valid or not (reported once)
+    std::optional<Field> learner;
+    std::optional<Field> port_use;  // the first value using "{port}"
+  };
+
+  void ReadWorkers(const Field& field, std::vector<WorkerSpec>* workers) {
+    workers->clear();
+    worker_fields_.clear();
+    // Each name and where it first appeared.
+    std::map<std::string, YAML::Mark> first_use;
+    ReadList(field, [&](const Field& item) {
+      if (!item.node.IsMap()) {
+        Error(item,
+              absl::StrCat("expected a map with \"name\" and \"command\", got ",
+                           Describe(item.node)));
+        return;
+      }
+      WorkerSpec& spec = workers->emplace_back();
+      WorkerFields& fields = worker_fields_.emplace_back();
+      std::optional<Field> name;
+      std::optional<Field> command;
+      ReadWorkerKeys(item, &spec, &fields, &name, &command);
+      ReadWorkerName(item, name, &first_use, &spec, &fields);
+      ReadWorkerCommand(item, command, &spec, &fields);
+    });
+  }
+
+  // A worker's keys; `name` and `command` are only found here, and read by
+  // ReadWorkerName and ReadWorkerCommand.
+  void ReadWorkerKeys(const Field& item, WorkerSpec* spec, WorkerFields* fields,
+                      std::optional<Field>* name,
+                      std::optional<Field>* command) {
+    auto note_port = [this, fields](const Field& f, absl::string_view text) {
+      NotePort(f, text, fields);
+    };
+    ReadMap(
+        item,
+        {
+            {"name", [&](const Field& f) { *name = f; }},
+            {"command", [&](const Field& f) { *command = f; }},
+            {"replicas",
+             [&](const Field& f) {
+               ReadInt(f, 0, kMaxReplicas, &spec->replicas);
+             }},
+            {"env", [&](const Field& f) { ReadEnv(f, &spec->env, note_port); }},
+            {"cwd",
+             [&](const Field& f) {
+               if (!ReadString(f, &spec->cwd)) return;
+               if (spec->cwd.empty()) {
+                 Error(f,
+                       "must not be empty; omit it to keep the daemon's "
+                       "working directory");
+               }
+               note_port(f, spec->cwd);
+             }},
+            {"port_base",
+             [&](const Field& f) {
+               fields->port_base_written = true;
+               if (ReadInt(f, 1, kMaxPort, &spec->port_base)) {
+                 fields->port_base = f;
+               }
+             }},
+            {"restart",
+             [&](const Field& f) {
+               std::string policy;
+               ReadOneOf(f, kRestartPolicies, &policy);
+               if (policy == "always") spec->restart = RestartPolicy::kAlways;
+               if (policy == "never") spec->restart = RestartPolicy::kNever;
+             }},
+            {"backoff",
+             [&](const Field& f) {
+               ReadBackoff(f, /*with_jitter=*/false, &spec->backoff);
+             }},
+            {"max_restarts",
+             [&](const Field& f) {
+               ReadInt(f, 0, INT_MAX, &spec->max_restarts);
+             }},
+            {"restart_window",
+             [&](const Field& f) { ReadDuration(f, &spec->restart_window); }},
+            {"min_uptime",
+             [&](const Field& f) { ReadDuration(f, &spec->min_uptime); }},
+            {"stop_timeout",
+             [&](const Field& f) { ReadDuration(f, &spec->stop_timeout); }},
+            {"learner",
+             [&](const Field& f) {
+               if (ReadBool(f, &spec->learner)) fields->learner = f;
+             }},
+        });
+  }
+
+  // Remembers the first value that uses "{port}", for CheckWorkers.
+  void NotePort(const Field& field, absl::string_view text,
+                WorkerFields* fields) {
+    if (!fields->port_use && absl::StrContains(text, kPortPlaceholder)) {
+      fields->port_use = field;
+    }
+  }
+
+  void ReadWorkerName(const Field& item, const std::optional<Field>& name,
+                      std::map<std::string, YAML::Mark>* first_use,
+                      WorkerSpec* spec, WorkerFields* fields) {
+    if (!name) {
+      Error(item,
+            "missing \"name\" (a unique name of letters, digits, '_', '.' "
+            "and '-')");
+      return;
+    }
+    if (!ReadString(*name, &spec->name)) return;
+    const auto bad = std::find_if_not(spec->name.begin(), spec->name.end(),
+                                      IsWorkerNameChar);
+    if (spec->name.empty()) {
+      Error(*name, "must not be empty");
+    } else if (bad != spec->name.end()) {
+      Error(*name,
+            absl::StrCat(Quote(spec->name), " contains ", Quote({&*bad, 1}),
+                         "; a worker name may only contain "
+                         "letters, digits, '_', '.' and '-'"));
+    } else if (auto [it, inserted] = first_use->emplace(spec->name, name->mark);
+               !inserted) {
+      Error(*name, absl::StrCat("duplicate worker name ", Quote(spec->name),
+                                ", first at ", Position(it->second)));
+    } else {
+      fields->name = name;
+    }
+  }
+
+  void ReadWorkerCommand(const Field& item, const std::optional<Field>& command,
+                         WorkerSpec* spec, WorkerFields* fields) {
+    if (!command) {
+      Error(item,
+            "missing \"command\" (a list: the program, then its "
+            "arguments)");
+    } else if (!command->node.IsSequence()) {
+      Error(*command,
+            absl::StrCat("expected a list: the program, then its arguments "
+                         "(e.g. [python3, learner.py, --port, \"{port}\"]), "
+                         "got ",
+                         Describe(command->node)));
+    } else if (command->node.size() == 0) {
+      Error(*command,
+            "must not be empty: give the program, then its arguments");
+    } else {
+      ReadList(*command, [&](const Field& arg) {
+        std::string text;
+        if (!ReadString(arg, &text)) return;
+        if (spec->command.empty() && text.empty()) {
+          Error(arg, "the program must not be empty");
+        }
+        NotePort(arg, text, fields);
+        spec->command.push_back(std::move(text));
+      });
+    }
+  }
+
+  // `env`: a map of variable names to string values.
+  void ReadEnv(
+      const Field& field, std::vector<std::pair<std::string, std::string>>* env,
+      const std::function<void(const Field&, absl::string_view)>& note_port) {
+    env->clear();
+    ForEachEntry(field, "a map of variable names to values", "variable names",
+                 [&](const std::string& name, const YAML::Mark& key,
+                     const Field& value) {
+                   if (!IsEnvName(name)) {
+                     Error(key, value.path,
+                           "not a variable name: letters, digits and '_', not "
+                           "starting with a digit");
+                     return;
+                   }
+                   std::string text;
+                   if (!ReadString(value, &text)) return;
+                   note_port(value, text);
+                   env->emplace_back(name, std::move(text));
+                 });
+  }
+
+  // The checks that need every worker (and `learners:`) read.
+  void CheckWorkers(const std::vector<WorkerSpec>& workers) {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      const WorkerSpec& spec = workers[i];
+      const WorkerFields& fields = worker_fields_[i];
+      if (fields.port_use && !fields.port_base_written) {
+        Error(*fields.port_use,
+              absl::StrCat("uses {port}, which needs port_base (the port of "
+                           "replica 0; replica i gets port_base + i)"));
+      }
+      if (spec.learner && !fields.port_base_written && fields.learner) {
+        Error(*fields.learner,
+              "a learner worker needs port_base: replica i serves on "
+              "127.0.0.1:{port}, where {port} is port_base + i");
+      }
+      if (fields.port_base && spec.replicas > 0) {
+        const int64_t last = int64_t{spec.port_base} + spec.replicas - 1;
+        if (last > kMaxPort) {
+          Error(*fields.port_base,
+                absl::StrCat("port_base ", spec.port_base, " with ",
+                             spec.replicas, " replicas needs ports up to ",
+                             last, ", beyond ", kMaxPort));
+        } else {
+          for (size_t j = 0; j < i; ++j) {
+            const WorkerSpec& other = workers[j];
+            const WorkerFields& other_fields = worker_fields_[j];
+            if (!other_fields.port_base || other.replicas == 0) continue;
+            const int64_t other_last =
+                int64_t{other.port_base} + other.replicas - 1;
+            if (other_last > kMaxPort || spec.port_base > other_last ||
+                other.port_base > last) {
+              continue;
+            }
+            Error(*fields.port_base,
+                  absl::StrCat("ports ", spec.port_base, "-", last,
+                               " overlap the ports of worker ",
+                               Quote(other.name), " (", other.port_base, "-",
+                               other_last, ", port_base at ",
+                               Position(other_fields.port_base->mark), ")"));
+          }
+        }
+      }
+      if (spec.learner && fields.name) {
+        for (const auto& [id, mark] : learner_ids_) {
+          if (IsReplicaId(id, spec.name, spec.replicas)) {
+            Error(*fields.name,
+                  absl::StrCat("the learner id ", Quote(id),
+                               " of one of its replicas is already the id of "
+                               "a learner in `learners`, at ",
+                               Position(mark)));
+          }
+        }
+      }
+    }
+  }
+
+  void ReadConnect(const Field& field, ConnectConfig* connect) {
+    ReadMap(field,
+            {
+                {"timeout",
+                 [&](const Field& f) { ReadDuration(f, &connect->timeout); }},
+                {"attempt_timeout",
+                 [&](const Field& f) {
+                   ReadDuration(f, &connect->attempt_timeout);
+                 }},
+                {"backoff",
+                 [&](const Field& f) {
+                   ReadBackoff(f, /*with_jitter=*/true, &connect->backoff);
+                 }},
+            });
+  }
+
+  // connect.backoff and workers[].backoff; only the first has `jitter`.
+  void ReadBackoff(const Field& field, bool with_jitter,
+                   BackoffOptions* backoff) {
+    std::optional<Field> initial;
+    std::optional<Field> max;
+    bool bad = false;  // An invalid duration is reported once, not compared.
+    std::vector<Key> keys = {
+        {"initial",
+         [&](const Field& f) {
+           initial = f;
+           bad |= !ReadDuration(f, &backoff->initial);
+         }},
+        {"multiplier",
+         [&](const Field& f) {
+           ReadNumber(f, 1, HUGE_VAL, &backoff->multiplier);
+         }},
+        {"max",
+         [&](const Field& f) {
+           max = f;
+           bad |= !ReadDuration(f, &backoff->max);
+         }},
+    };
+    if (with_jitter) {
+      keys.insert(keys.begin() + 2, {"jitter", [&](const Field& f) {
+                                       ReadNumber(f, 0, 1, &backoff->jitter);
+                                     }});
+    }
+    ReadMap(field, keys);
+    if (!bad) {
+      CheckMaxNotBelowInitial(field, initial, max, backoff->initial,
+                              backoff->max);
+    }
+  }
+
+  // A backoff section's max must not be below its initial delay. Points at max
+  // if it was written, else at initial (above max's default).
+  void CheckMaxNotBelowInitial(const Field& section,
+                               const std::optional<Field>& initial,
+                               const std::optional<Field>& max,
+                               std::chrono::milliseconds initial_value,
+                               std::chrono::milliseconds max_value) {
+    if (max_value >= initial_value) return;
+    const std::string max_text =
+        absl::FormatDuration(absl::FromChrono(max_value));
+    const std::string initial_text =
+        absl::FormatDuration(absl::FromChrono(initial_value));
+    if (max) {
+      Error(*max, absl::StrCat("must be at least ", section.path, ".initial (",
+                               initial_text, "), got ", max_text));
+    } else if (initial) {
+      Error(*initial,
+            absl::StrCat("must be at most ", section.path, ".max (", max_text,
+                         ", the default), got ", initial_text));
+    }
+  }
+
+  void ReadLearners(const Field& field,
+                    std::vector<LearnerEndpoint>* learners) {
+    learners->clear();
+    learner_ids_.clear();
+    // Each id and where it first appeared.
+    std::map<std::string, YAML::Mark> first_use;
+    ReadList(field, [&](const Field& item) {
+      // Counted even when invalid, so min_learners is checked against the list.
+      LearnerEndpoint& learner = learners->emplace_back();
+      if (!item.node.IsMap()) {
+        Error(item,
+              absl::StrCat("expected a map with \"id\" and \"address\", got ",
+                           Describe(item.node)));
+        return;
+      }
+      std::optional<Field> id;
+      std::optional<Field> address;
+      ReadMap(item, {{"id", [&](const Field& f) { id = f; }},
+                     {"address", [&](const Field& f) { address = f; }}});
+      if (!id) {
+        Error(item, "missing \"id\" (a unique, non-empty name)");
+      } else if (ReadString(*id, &learner.id)) {
+        if (learner.id.empty()) {
+          Error(*id, "must not be empty");
+        } else {
+          auto [it, inserted] = first_use.emplace(learner.id, id->mark);
+          if (inserted) learner_ids_.emplace(learner.id, id->mark);
+          if (!inserted) {
+            Error(*id, absl::StrCat("duplicate learner id ", Quote(learner.id),
+                                    ", first at ", Position(it->second)));
+          }
+        }
+      }
+      if (!address) {
+        Error(item,
+              "missing \"address\" (\"host:port\", \"[v6]:port\" or "
+              "\"unix:/path\")");
+      } else {
+        ReadAddress(*address, /*allow_port_zero=*/false, &learner.address);
+      }
+    });
+  }
+
+  // Checks that `field` is a map whose keys are all in `keys`, each at most
+  // once, and calls each key's reader. An empty section ("connect:") keeps
+  // every default.
+  void ReadMap(const Field& field, const std::vector<Key>& keys) {
+    ForEachEntry(field, "a map", "names",
+                 [&](const std::string& name, const YAML::Mark& key,
+                     const Field& value) {
+                   for (const Key& candidate : keys) {
+                     if (name == candidate.name) return candidate.read(value);
+                   }
+                   std::vector<std::string> allowed;
+                   for (const Key& candidate : keys) {
+                     allowed.push_back(candidate.name);
+                   }
+                   Error(key, value.path,
+                         absl::StrCat("unknown key; allowed here: ",
+                                      absl::StrJoin(allowed, ", ")));
+                 });
+  }
+
+  // The walk every map shares: `field` must be `expected` (a map) or empty;
+  // each key must be a scalar (`key_kind` says what kind) and appear once.
+  // `entry` gets each key's name, its position and its value as a Field whose
+  // path is "<field path>.<name>".
+  void ForEachEntry(
+      const Field& field, const char* expected, const char* key_kind,
+      const std::function<void(const std::string&, const YAML::Mark&,
+                               const Field&)>& entry) {
+    if (field.node.IsNull()) return;
+    if (!field.node.IsMap()) {
+      Error(field, absl::StrCat("expected ", expected, ", got ",
+                                Describe(field.node)));
+      return;
+    }
+    std::map<std::string, YAML::Mark> seen;
+    for (YAML::const_iterator it = field.node.begin(); it != field.node.end();
+         ++it) {
+      const YAML::Node key = it->first;
+      if (!key.IsScalar()) {
+        Error(key.Mark(), field.path,
+              absl::StrCat("keys must be ", key_kind, ", got ", Describe(key)));
+        continue;
+      }
+      const std::string& name = key.Scalar();
+      const std::string path =
+          field.path.empty() ? name : absl::StrCat(field.path, ".", name);
+      auto [first, inserted] = seen.emplace(name, key.Mark());
+      if (!inserted) {
+        Error(
+            key.Mark(), path,
+            absl::StrCat("duplicate key, first at ", Position(first->second)));
+        continue;
+      }
+      // An empty value ("key:") has no position of its own: point at its key.
+      const YAML::Node value = it->second;
+      entry(name, key.Mark(),
+            Field{value, value.IsNull() ? key.Mark() : value.Mark(), path});
+    }
+  }
+
+  // Calls `read` on each item of the list `field`; an empty value is no items.
+  void ReadList(const Field& field,
+                const std::function<void(const Field&)>& read) {
+    if (field.node.IsNull()) return;
+    if (!field.node.IsSequence()) {
+      Error(field, absl::StrCat("expected a list, got ", Describe(field.node)));
+      return;
+    }
+    for (size_t i = 0; i < field.node.size(); ++i) {
+      const YAML::Node item = field.node[i];
+      read(Field{item, item.IsNull() ? field.mark : item.Mark(),
+                 absl::StrCat(field.path, "[", i, "]")});
+    }
+  }
+
+  bool ReadString(const Field& field, std::string* out) {
+    if (!field.node.IsScalar()) {
+      Error(field,
+            absl::StrCat("expected a string, got ", Describe(field.node)));
+      return false;
+    }
+    *out = field.node.Scalar();
+    return true;
+  }
+
+  // A list of unique, non-empty strings.
+  void ReadNameList(const Field& field, std::vector<std::string>* out) {
+    std::vector<std::string> names;
+    std::set<std::string> seen;
+    ReadList(field, [&](const Field& item) {
+      std::string name;
+      if (!ReadString(item, &name)) return;
+      if (name.empty()) {
+        Error(item, "must not be empty");
+      } else if (!seen.insert(name).second) {
+        Error(item, absl::StrCat("duplicate entry ", Quote(name)));
+      } else {
+        names.push_back(std::move(name));
+      }
+    });
+    *out = std::move(names);
+  }
+
+  // YAML 1.2's core-schema booleans only: "yes" and "on" are not accepted.
+  bool ReadBool(const Field& field, bool* out) {
+    if (field.node.IsScalar()) {
+      const std::string& text = field.node.Scalar();
+      if (text == "true" || text == "True" || text == "TRUE") {
+        *out = true;
+        return true;
+      }
+      if (text == "false" || text == "False" || text == "FALSE") {
+        *out = false;
+        return true;
+      }
+    }
+    Error(field,
+          absl::StrCat("expected true or false, got ", Describe(field.node)));
+    return false;
+  }
+
+  template <size_t N>
+  void ReadOneOf(const Field& field, const char* const (&allowed)[N],
+                 std::string* out) {
+    std::string value;
+    if (!ReadString(field, &value)) return;
+    for (const char* candidate : allowed) {
+      if (value == candidate) {
+        *out = value;
+        return;
+      }
+    }
+    Error(field, absl::StrCat("expected one of ", absl::StrJoin(allowed, ", "),
+                              ", got ", Quote(value)));
+  }
+
+  bool ReadAddress(const Field& field, bool allow_port_zero, HostPort* out) {
+    std::string text;
+    if (!ReadString(field, &text)) return false;
+    absl::StatusOr<HostPort> address = HostPort::Parse(text, allow_port_zero);
+    if (!address.ok()) {
+      Error(field, absl::StrCat("bad address ", Quote(text), ": ",
+                                address.status().message()));
+      return false;
+    }
+    *out = *std::move(address);
+    return true;
+  }
+
+  // An address, or "" for none (metrics.listen).
+  void ReadOptionalAddress(const Field& field, std::optional<HostPort>* out) {
+    if (field.node.IsScalar() && field.node.Scalar().empty()) {
+      out->reset();
+      return;
+    }
+    HostPort address;
+    if (ReadAddress(field, /*allow_port_zero=*/true, &address)) *out = address;
+  }
+
+  template <typename Int>
+  bool ReadInt(const Field& field, int64_t min, int64_t max, Int* out) {
+    int64_t value = 0;
+    if (!field.node.IsScalar() ||
+        !absl::SimpleAtoi(field.node.Scalar(), &value)) {
+      Error(field,
+            absl::StrCat("expected an integer, got ", Describe(field.node)));
+      return false;
+    }
+    if (value < min || value > max) {
+      Error(field,
+            absl::StrCat("must be from ", min, " to ", max, ", got ", value));
+      return false;
+    }
+    *out = static_cast<Int>(value);
+    return true;
+  }
+
+  bool ReadNumber(const Field& field, double min, double max, double* out) {
+    double value = 0;
+    if (!field.node.IsScalar() ||
+        !absl::SimpleAtod(field.node.Scalar(), &value) ||
+        !std::isfinite(value)) {
+      Error(field,
+            absl::StrCat("expected a number, got ", Describe(field.node)));
+      return false;
+    }
+    if (value < min || value > max) {
+      Error(field, max == HUGE_VAL
+                       ? absl::StrCat("must be at least ", min, ", got ",
+                                      field.node.Scalar())
+                       : absl::StrCat("must be from ", min, " to ", max,
+                                      ", got ", field.node.Scalar()));
+      return false;
+    }
+    *out = value;
+    return true;
+  }
+
+  // A positive duration with a unit, at millisecond resolution.
+  bool ReadDuration(const Field& field, std::chrono::milliseconds* out) {
+    constexpr const char* kExpected =
+        "expected a duration with a unit (us, ms, s, m, h), e.g. \"30s\" or "
+        "\"250ms\", got ";
+    if (!field.node.IsScalar()) {
+      Error(field, absl::StrCat(kExpected, Describe(field.node)));
+      return false;
+    }
+    const std::string& text = field.node.Scalar();
+    double number = 0;
+    if (absl::SimpleAtod(text, &number) && std::isfinite(number)) {
+      Error(field, absl::StrCat(Quote(text),
+                                " has no unit; durations need one, e.g. \"",
+                                text, "s\" or \"", text, "ms\""));
+      return false;
+    }
+    absl::Duration duration;
+    if (!absl::ParseDuration(text, &duration)) {
+      Error(field, absl::StrCat(kExpected, Quote(text)));
+      return false;
+    }
+    if (duration <= absl::ZeroDuration()) {
+      Error(field, absl::StrCat("must be positive, got ", Quote(text)));
+      return false;
+    }
+    if (duration < absl::Milliseconds(1) || duration > kMaxDuration) {
+      Error(field, absl::StrCat("must be from 1ms to ",
+                                absl::FormatDuration(kMaxDuration), ", got ",
+                                Quote(text)));
+      return false;
+    }
+    *out = std::chrono::milliseconds(absl::ToInt64Milliseconds(duration));
+    return true;
+  }
+
+  // A byte count: an integer, or an integer with a unit B, KiB, MiB or GiB.
+  bool ReadBytes(const Field& field, int64_t min, int64_t max, int64_t* out) {
+    const std::string range =
+        absl::StrCat("must be from ", min, " (1KiB) to ", max, " (2GiB - 1)");
+    if (!field.node.IsScalar()) {
+      Error(field, absl::StrCat("expected a byte count such as 1073741824 or "
+                                "\"1GiB\", got ",
+                                Describe(field.node)));
+      return false;
+    }
+    absl::string_view text = field.node.Scalar();
+    int64_t value = 0;
+    if (absl::SimpleAtoi(text, &value)) {
+      if (value < min || value > max) {
+        Error(field, absl::StrCat(range, ", got ", value));
+        return false;
+      }
+      *out = value;
+      return true;
+    }
+    size_t digits = 0;
+    while (digits < text.size() &&
+           absl::ascii_isdigit(static_cast<unsigned char>(text[digits]))) {
+      ++digits;
+    }
+    absl::string_view unit = absl::StripAsciiWhitespace(text.substr(digits));
+    int64_t scale = 0;
+    if (unit == "B") {
+      scale = 1;
+    } else if (unit == "KiB") {
+      scale = int64_t{1} << 10;
+    } else if (unit == "MiB") {
+      scale = int64_t{1} << 20;
+    } else if (unit == "GiB") {
+      scale = int64_t{1} << 30;
+    }
+    if (digits == 0 || scale == 0) {
+      Error(field, absl::StrCat("expected a byte count such as 1073741824 or "
+                                "\"1GiB\" (units: B, KiB, MiB, GiB), got ",
+                                Quote(text)));
+      return false;
+    }
+    if (!absl::SimpleAtoi(text.substr(0, digits), &value) ||
+        value > max / scale || value * scale < min) {
+      Error(field, absl::StrCat(range, ", got ", Quote(text)));
+      return false;
+    }
+    *out = value * scale;
+    return true;
+  }
+
+  void Error(const Field& field, absl::string_view message) {
+    Error(field.mark, field.path, message);
+  }
+
+  void Error(const YAML::Mark& mark, absl::string_view path,
+             absl::string_view message) {
+    std::string text = source_;
+    if (!mark.is_null()) absl::StrAppend(&text, ":", Position(mark));
+    if (!path.empty()) absl::StrAppend(&text, ": ", path);
+    absl::StrAppend(&text, ": ", message);
+    errors_.push_back(Problem{mark.line, mark.column, std::move(text)});
+  }
+
+  std::string source_;
+  std::vector<Problem> errors_;
+  // Where each id of `learners:` was first written.
+  std::map<std::string, YAML::Mark> learner_ids_;
+  // One per entry of config->workers, in the same order.
+  std::vector<WorkerFields> worker_fields_;
+};
+
+// Reads all of `path`, or says why not (errno's text, status code from errno).
+absl::Status ReadFile(const std::string& path, std::string* out) {
+  const std::string context = absl::StrCat(path, ": cannot read configuration");
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::ErrnoToStatus(errno, context);
+  absl::Status status;
+  char buffer[64 * 1024];
+  while (true) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = absl::ErrnoToStatus(errno, context);
+      break;
+    }
+    if (n == 0) break;
+    out->append(buffer, static_cast<size_t>(n));
+    if (out->size() > kMaxFileBytes) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          context, ": larger than 16MiB, not a configuration file"));
+      break;
+    }
+  }
+  close(fd);
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
+                                             std::string_view source) {
+  return Parser(std::string(source)).Parse(std::string(yaml));
+}
+
+absl::StatusOr<AggregatorConfig> LoadConfigFile(const std::string& path) {
+  std::string text;
+  absl::Status status = ReadFile(path, &text);
+  if (!status.ok()) return status;
+  return ParseConfig(text, path);
+}
+
+}  // namespace aggregator

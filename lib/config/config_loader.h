@@ -1,0 +1,32 @@
+// Reads aggregator.yaml (lib/config/config.h) from YAML, validating it in one
+// pass. Parsing never throws: every problem found is reported, one per line,
+// as "<source>:<line>:<column>: <field>: <what is wrong>" (line and column
+// 1-based).
+#ifndef LIB_CONFIG_CONFIG_LOADER_H_
+#define LIB_CONFIG_CONFIG_LOADER_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "lib/config/config.h"
+
+namespace aggregator {
+
+// Parses and validates YAML text. `source` names the text in error messages.
+// Unknown keys, wrong types, bad durations ("500ms", "30s", "2m", "1h"), bad
+// addresses, duplicate learner ids or worker names, worker learner ids that
+// clash with `learners:`, "{port}" without port_base, overlapping or
+// overflowing worker port ranges and out-of-range numbers are errors. On
+// failure the status is INVALID_ARGUMENT and its message lists every error
+// found, one per line.
+absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
+                                             std::string_view source);
+
+// Reads and parses a file. A missing or unreadable file is NOT_FOUND /
+// PERMISSION_DENIED naming the path.
+absl::StatusOr<AggregatorConfig> LoadConfigFile(const std::string& path);
+
+}  // namespace aggregator
+
+#endif  // LIB_CONFIG_CONFIG_LOADER_H_
