@@ -11,10 +11,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/bazel_paths.h"
 #include "lib/base/version.h"
 #include "lib/config/config_loader.h"
 #include "lib/ops/logging.h"
-#include "lib/ops/metrics_http.h"
+#include "lib/ops/metrics_endpoint.h"
 #include "lib/ops/systemd_notifier.h"
 #include "lib/server/aggregator_server.h"
 
@@ -27,21 +28,13 @@ constexpr char kEmbeddedSource[] = "<embedded default>";
 // The longest the signal loop sleeps between watchdog checks.
 constexpr std::chrono::milliseconds kLoopPeriod(1000);
 
-std::string ResolveConfigPath(const std::string& path) {
-  const char* working_directory = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || path.front() == '/' || working_directory == nullptr) {
-    return path;
-  }
-  return std::string(working_directory) + "/" + path;
-}
-
 // The configuration to run: the file (or the embedded default) with the
 // command line's overrides.
 absl::StatusOr<AggregatorConfig> LoadConfig(const DaemonOptions& options) {
   absl::StatusOr<AggregatorConfig> config =
       options.config_path.empty()
           ? ParseConfig(DefaultConfigYaml(), kEmbeddedSource)
-          : LoadConfigFile(ResolveConfigPath(options.config_path));
+          : LoadConfigFile(ResolveUserPath(options.config_path));
   if (!config.ok()) return config;
   if (!options.listen.empty()) {
     absl::StatusOr<HostPort> listen =
@@ -128,16 +121,17 @@ int RunDaemon(const DaemonOptions& options) {
   std::atomic<AggregatorServer*> running{nullptr};
   std::atomic<bool> announced_ready{false};
   const int min_learners = config->service.min_learners;
-  ServerHooks hooks;
-  hooks.on_ready_change = [&](bool ready, size_t ready_learners,
-                              size_t learners) {
+  ServerOptions server_options;
+  server_options.program_dirs = FindRunfilesDirs();
+  server_options.on_ready_change = [&](bool ready, size_t ready_learners,
+                                       size_t learners) {
     notifier.Status(absl::StrCat(
         ready ? "serving: " : "waiting: ", ready_learners, " of ", learners,
         " learners ready (min_learners ", min_learners, ")"));
     // READY=1 on each transition to ready (systemd ignores repeats).
     if (ready != announced_ready.exchange(ready) && ready) notifier.Ready();
   };
-  hooks.reload = [&]() -> absl::StatusOr<ReloadResult> {
+  server_options.reload = [&]() -> absl::StatusOr<ReloadResult> {
     AggregatorServer* server = running.load();
     if (server == nullptr) {
       return absl::UnavailableError("aggregatord is still starting");
@@ -171,16 +165,16 @@ int RunDaemon(const DaemonOptions& options) {
     return reply;
   };
 
-  auto server = AggregatorServer::Start(*config, hooks);
+  auto server = AggregatorServer::Start(*config, server_options);
   if (!server.ok()) {
     spdlog::critical("{}", std::string(server.status().message()));
     return 2;
   }
   running = server->get();
-  std::unique_ptr<MetricsHttpServer> metrics;
+  std::unique_ptr<MetricsEndpoint> metrics;
   if (config->metrics.listen.has_value()) {
-    auto started = MetricsHttpServer::Start(*config->metrics.listen,
-                                            &(*server)->metrics().registry());
+    auto started = MetricsEndpoint::Start(*config->metrics.listen,
+                                          (*server)->metrics().collectable());
     if (!started.ok()) {
       spdlog::critical("{}", std::string(started.status().message()));
       (*server)->Shutdown(std::chrono::system_clock::now());
@@ -193,7 +187,7 @@ int RunDaemon(const DaemonOptions& options) {
 
   int signo = 0;
   while ((signo = signals.Next(notifier)) == SIGHUP || signo == SIGUSR1) {
-    if (signo == SIGHUP) (void)hooks.reload();
+    if (signo == SIGHUP) (void)server_options.reload();
   }
   spdlog::info("received {}: draining calls in flight (up to {}ms)",
                signo == SIGTERM ? "SIGTERM" : "SIGINT",

@@ -60,6 +60,23 @@ class NotifySocket {
     return watchdogs >= count;
   }
 
+  // Sends datagrams to the socket itself until its queue is full, as if its
+  // reader had stalled.
+  void FillQueue() {
+    const int sender = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(sender >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::copy(path_.begin(), path_.end(), addr.sun_path);
+    int sent = 0;
+    while (sendto(sender, "X=1", 3, MSG_DONTWAIT,
+                  reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 3) {
+      REQUIRE(++sent < 100000);
+    }
+    CHECK(errno == EAGAIN);
+    close(sender);
+  }
+
   int watchdogs = 0;
   std::string last_status;
 
@@ -188,6 +205,31 @@ TEST_CASE(
   REQUIRE(exit.ok());
   CHECK(exit->ok());
   CHECK_THAT(notify.last_status, Catch::Contains("learners ready"));
+}
+
+TEST_CASE("A notify socket whose queue is full never stalls the daemon") {
+  // Regression: sd_notify() blocks while systemd's queue is full; the signal
+  // loop sat in it and SIGTERM was never handled.
+  const std::string dir = TempDir();
+  auto learner = StartLearner();
+  const std::string config =
+      WriteFile(dir + "/a.yaml", Config({{"l0", learner->address}}));
+  std::string short_dir = "/tmp/notifyXXXXXX";
+  REQUIRE(mkdtemp(short_dir.data()) != nullptr);
+  const std::string socket_path = short_dir + "/notify.sock";
+  NotifySocket notify(socket_path);
+  notify.FillQueue();
+  Daemon daemon(config,
+                {{"NOTIFY_SOCKET", socket_path}, {"WATCHDOG_USEC", "20000"}});
+  daemon.Log("serving: 1 of 1 learner(s) ready");
+  auto stub = LearnerStub(daemon.address);
+  pb::Resource resource;
+  CHECK(stub->GetResource(Deadline().get(), {}, &resource).ok());
+  REQUIRE(daemon.process->Signal(SIGTERM).ok());
+  auto exit =
+      daemon.process->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
 }
 
 TEST_CASE(

@@ -180,12 +180,12 @@ TEST_CASE(
   CHECK(checked->ok());
   CHECK_THAT(metrics,
              Catch::Contains(
-                 "aggregator_requests_total{rpc=\"Learn\",code=\"OK\"} 3"));
+                 "aggregator_requests_total{code=\"OK\",rpc=\"Learn\"} 3"));
   CHECK_THAT(metrics,
              Catch::Contains("aggregator_learners{state=\"ready\"} 2"));
   CHECK_THAT(metrics,
-             Catch::Contains("aggregator_learner_calls_total{learner="
-                             "\"learner1\",rpc=\"Learn\",code=\"OK\"} 3"));
+             Catch::Contains("aggregator_learner_calls_total{code=\"OK\","
+                             "learner=\"learner1\",rpc=\"Learn\"} 3"));
 
   auto status = Spawn({kCtl, "--target", address, "status"});
   const std::string table = ReadAll(*status, false);

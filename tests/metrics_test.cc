@@ -1,5 +1,5 @@
-#include "lib/ops/metrics.h"
-
+// The daemon's metrics served by the real endpoint (prometheus-cpp's Exposer)
+// on loopback, scraped over HTTP and checked with promtool.
 #include <httplib.h>
 
 #include <catch2/catch.hpp>
@@ -7,60 +7,41 @@
 #include <thread>
 
 #include "lib/ops/aggregator_metrics.h"
-#include "lib/ops/metrics_http.h"
+#include "lib/ops/metrics_endpoint.h"
 #include "tests/process_helpers.h"
 
-using aggregator::MetricsRegistry;
+using aggregator::AggregatorMetrics;
+using aggregator::HostPort;
+using aggregator::MetricsEndpoint;
 using namespace aggregator::testing;
 
-TEST_CASE("Counters, gauges and labels render in the text format") {
-  MetricsRegistry registry;
-  auto* calls = registry.AddCounter("x_calls_total", "Calls.", {"rpc", "code"});
-  calls->WithLabels({"Learn", "OK"})->Increment();
-  calls->WithLabels({"Learn", "OK"})->Increment(2);
-  calls->WithLabels({"Get\"Data\\\n", "OK"})->Increment();
-  registry.AddGauge("x_ready", "Ready.")->WithLabels({})->Set(3);
-  const std::string text = registry.Render();
-  CHECK_THAT(text, Catch::Contains("# HELP x_calls_total Calls.\n"
-                                   "# TYPE x_calls_total counter\n"));
-  CHECK_THAT(text,
-             Catch::Contains("x_calls_total{rpc=\"Learn\",code=\"OK\"} 3\n"));
-  CHECK_THAT(text,
-             Catch::Contains(
-                 "x_calls_total{rpc=\"Get\\\"Data\\\\\\n\",code=\"OK\"} 1\n"));
-  CHECK_THAT(text, Catch::Contains("# TYPE x_ready gauge\nx_ready 3\n"));
+namespace {
+
+std::unique_ptr<MetricsEndpoint> StartEndpoint(
+    const AggregatorMetrics& metrics) {
+  auto endpoint = MetricsEndpoint::Start(HostPort::Tcp("127.0.0.1", 0),
+                                         metrics.collectable());
+  INFO(endpoint.status().ToString());
+  REQUIRE(endpoint.ok());
+  return std::move(*endpoint);
 }
 
-TEST_CASE("Histogram buckets are cumulative with sum and count") {
-  MetricsRegistry registry;
-  static const std::vector<double> bounds = {0.1, 1};
-  auto* latency =
-      registry.AddHistogram("x_seconds", "Latency.", {"rpc"}, &bounds);
-  auto* series = latency->WithLabels({"Learn"});
-  series->Observe(0.05);
-  series->Observe(0.5);
-  series->Observe(0.5);
-  series->Observe(7);
-  const std::string text = registry.Render();
-  CHECK_THAT(text,
-             Catch::Contains("x_seconds_bucket{rpc=\"Learn\",le=\"0.1\"} 1\n"
-                             "x_seconds_bucket{rpc=\"Learn\",le=\"1\"} 3\n"
-                             "x_seconds_bucket{rpc=\"Learn\",le=\"+Inf\"} 4\n"
-                             "x_seconds_sum{rpc=\"Learn\"} 8.05"));
-  CHECK_THAT(text, Catch::Contains("x_seconds_count{rpc=\"Learn\"} 4\n"));
+std::string Scrape(const MetricsEndpoint& endpoint) {
+  httplib::Client client("127.0.0.1", endpoint.port());
+  client.set_connection_timeout(5);
+  client.set_read_timeout(5);
+  auto response = client.Get("/metrics");
+  REQUIRE(response);
+  CHECK(response->status == 200);
+  CHECK_THAT(response->get_header_value("Content-Type"),
+             Catch::StartsWith("text/plain"));
+  return response->body;
 }
 
-TEST_CASE("Collectors run before each render") {
-  MetricsRegistry registry;
-  auto* gauge = registry.AddGauge("x_now", "Now.")->WithLabels({});
-  int scrapes = 0;
-  registry.AddCollector([&] { gauge->Set(++scrapes); });
-  CHECK_THAT(registry.Render(), Catch::Contains("x_now 1\n"));
-  CHECK_THAT(registry.Render(), Catch::Contains("x_now 2\n"));
-}
+}  // namespace
 
-TEST_CASE("The metrics endpoint serves the registry and passes promtool") {
-  aggregator::AggregatorMetrics metrics;
+TEST_CASE("The metrics endpoint serves every metric and passes promtool") {
+  AggregatorMetrics metrics;
   metrics.Served("Learn", grpc::StatusCode::OK, 0.002);
   metrics.Served("GetData", grpc::StatusCode::UNAVAILABLE, 0.0001);
   metrics.LearnerCall("learner0", "Learn", grpc::StatusCode::OK, 0.001);
@@ -68,27 +49,30 @@ TEST_CASE("The metrics endpoint serves the registry and passes promtool") {
   metrics.SetLearners("ready", 2);
   metrics.SetWorkerRestarts("learner", 0, 3);
   metrics.Reloaded(false);
-  auto server = aggregator::MetricsHttpServer::Start(
-      aggregator::HostPort::Tcp("127.0.0.1", 0), &metrics.registry());
-  REQUIRE(server.ok());
-  httplib::Client client("127.0.0.1", (*server)->port());
-  client.set_connection_timeout(5);
-  client.set_read_timeout(5);
-  auto response = client.Get("/metrics");
-  REQUIRE(response);
-  CHECK(response->status == 200);
-  CHECK_THAT(response->get_header_value("Content-Type"),
-             Catch::Contains("version=0.0.4"));
-  const std::string& body = response->body;
+  auto endpoint = StartEndpoint(metrics);
+  const std::string body = Scrape(*endpoint);
   CHECK_THAT(
       body,
       Catch::Contains(
-          "aggregator_requests_total{rpc=\"GetData\",code=\"UNAVAILABLE\"} 1"));
+          "aggregator_requests_total{code=\"UNAVAILABLE\",rpc=\"GetData\"} 1"));
+  CHECK_THAT(body, Catch::Contains("aggregator_request_duration_seconds_bucket{"
+                                   "rpc=\"Learn\",le=\"0.0025\"} 1"));
+  CHECK_THAT(body, Catch::Contains("aggregator_learner_calls_total{code=\"OK\","
+                                   "learner=\"learner0\",rpc=\"Learn\"} 1"));
+  CHECK_THAT(body,
+             Catch::Contains("aggregator_learner_call_duration_seconds_"
+                             "count{learner=\"learner0\",rpc=\"Learn\"} 1"));
   CHECK_THAT(
       body, Catch::Contains(
                 "aggregator_forwarded_bytes_total{learner=\"learner0\"} 4096"));
+  CHECK_THAT(body, Catch::Contains("aggregator_learners{state=\"ready\"} 2"));
+  CHECK_THAT(body,
+             Catch::Contains("aggregator_worker_restarts_total{index=\"0\","
+                             "worker=\"learner\"} 3"));
   CHECK_THAT(body,
              Catch::Contains("aggregator_reloads_total{result=\"failed\"} 1"));
+  CHECK_THAT(body,
+             Catch::Contains("aggregator_reloads_total{result=\"ok\"} 0"));
   CHECK_THAT(body, Catch::Contains("aggregator_build_info{version="));
 
   const std::string path = WriteFile(TempDir() + "/scrape.txt", body);
@@ -99,26 +83,58 @@ TEST_CASE("The metrics endpoint serves the registry and passes promtool") {
   REQUIRE(exit.ok());
   INFO(out);
   CHECK(exit->ok());
-  (*server)->Stop();
+}
+
+TEST_CASE("Collectors set their figures before each scrape") {
+  AggregatorMetrics metrics;
+  int scrapes = 0;
+  metrics.AddCollector([&] { metrics.SetLearners("ready", ++scrapes); });
+  // Restarts are a counter: a collector reports the total, the counter adds.
+  metrics.AddCollector(
+      [&] { metrics.SetWorkerRestarts("w", 1, scrapes == 1 ? 2 : 5); });
+  auto endpoint = StartEndpoint(metrics);
+  std::string body = Scrape(*endpoint);
+  CHECK_THAT(body, Catch::Contains("aggregator_learners{state=\"ready\"} 1\n"));
+  CHECK_THAT(
+      body,
+      Catch::Contains(
+          "aggregator_worker_restarts_total{index=\"1\",worker=\"w\"} 2\n"));
+  body = Scrape(*endpoint);
+  CHECK_THAT(body, Catch::Contains("aggregator_learners{state=\"ready\"} 2\n"));
+  CHECK_THAT(
+      body,
+      Catch::Contains(
+          "aggregator_worker_restarts_total{index=\"1\",worker=\"w\"} 5\n"));
+}
+
+TEST_CASE("A metrics address in use is refused, naming it") {
+  AggregatorMetrics metrics;
+  auto first = StartEndpoint(metrics);
+  const HostPort taken = HostPort::Tcp("127.0.0.1", first->port());
+  auto second = MetricsEndpoint::Start(taken, metrics.collectable());
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(second.status().message()),
+             Catch::Contains(taken.ToString()));
 }
 
 TEST_CASE(
     "The metrics endpoint stops at once even when stopped right after start") {
-  // Regression: stopping before httplib's listen loop ran left it blocked in
-  // accept(), and the daemon hung on SIGTERM. Run in a thread we can abandon,
-  // so a hang fails the test instead of hanging it.
-  MetricsRegistry registry;
+  // Regression: an HTTP server stopped before its listen loop ran stayed
+  // blocked in accept(), and the daemon hung on SIGTERM. Run in a thread we
+  // can abandon, so a hang fails the test instead of hanging it.
+  auto metrics = std::make_shared<AggregatorMetrics>();
   auto done = std::make_shared<std::promise<bool>>();
   std::future<bool> finished = done->get_future();
-  std::thread([done, &registry] {
-    for (int i = 0; i < 200; ++i) {
-      auto server = aggregator::MetricsHttpServer::Start(
-          aggregator::HostPort::Tcp("127.0.0.1", 0), &registry);
-      if (!server.ok()) {
+  std::thread([done, metrics] {
+    for (int i = 0; i < 50; ++i) {
+      auto endpoint = MetricsEndpoint::Start(HostPort::Tcp("127.0.0.1", 0),
+                                             metrics->collectable());
+      if (!endpoint.ok()) {
         done->set_value(false);
         return;
       }
-      (*server)->Stop();
+      (*endpoint)->Stop();
     }
     done->set_value(true);
   }).detach();

@@ -405,26 +405,49 @@ TEST_CASE(
   CHECK(WaitOrDie(for_usr1).signal == SIGUSR1);
 }
 
-TEST_CASE("die_with_parent kills the child when the starting thread exits") {
-  auto start_in_thread = [](bool die_with_parent) {
-    SubprocessOptions options = Shell("exec sleep 1000");
-    options.die_with_parent = die_with_parent;
-    // Catch2 assertions belong to the main thread: only Start runs in the
-    // other.
-    absl::StatusOr<std::unique_ptr<Subprocess>> result;
-    std::thread([&] { result = Subprocess::Start(options); }).join();
-    INFO(result.status().ToString());
-    REQUIRE(result.ok());
-    return std::move(*result);
-  };
-  auto dies = start_in_thread(true);
-  CHECK(WaitOrDie(*dies).signal == SIGKILL);
-
-  // The control: without it the child outlives the thread.
-  auto survives = start_in_thread(false);
-  CHECK(survives->Wait(Steady::now() + milliseconds(200)).status().code() ==
+TEST_CASE("A child outlives the thread that started it") {
+  // Every child is forked by the spawner thread, so PR_SET_PDEATHSIG ties it
+  // to the process, not to the caller's thread.
+  absl::StatusOr<std::unique_ptr<Subprocess>> result;
+  std::thread([&] {
+    result = Subprocess::Start(Shell("exec sleep 1000"));
+  }).join();
+  INFO(result.status().ToString());
+  REQUIRE(result.ok());
+  CHECK((*result)->Wait(Steady::now() + milliseconds(200)).status().code() ==
         absl::StatusCode::kDeadlineExceeded);
-  CHECK(survives->Stop(seconds(5)).signal == SIGTERM);
+  CHECK((*result)->Stop(seconds(5)).signal == SIGTERM);
+}
+
+TEST_CASE("die_with_parent kills the child when its parent process dies") {
+  auto grandchild_of = [](bool die_with_parent) {
+    int pipe_fds[2];
+    REQUIRE(pipe(pipe_fds) == 0);
+    const pid_t parent = fork();
+    REQUIRE(parent >= 0);
+    if (parent == 0) {
+      // The forked copy starts a child, reports its pid, and dies at once.
+      SubprocessOptions options = Shell("exec sleep 1000");
+      options.die_with_parent = die_with_parent;
+      auto child = Subprocess::Start(options);
+      const pid_t pid = child.ok() ? (*child)->pid() : -1;
+      (void)!write(pipe_fds[1], &pid, sizeof(pid));
+      _exit(0);  // no destructor: the child is left to the kernel's rules
+    }
+    close(pipe_fds[1]);
+    pid_t pid = -1;
+    REQUIRE(read(pipe_fds[0], &pid, sizeof(pid)) == sizeof(pid));
+    close(pipe_fds[0]);
+    REQUIRE(waitpid(parent, nullptr, 0) == parent);
+    REQUIRE(pid > 0);
+    return pid;
+  };
+  CHECK(testing::ExitsWithin(grandchild_of(true), kLongWait));
+  // The control: without it the orphan lives on (until this test kills it).
+  const pid_t orphan = grandchild_of(false);
+  CHECK_FALSE(testing::ExitsWithin(orphan, milliseconds(200)));
+  kill(orphan, SIGKILL);
+  CHECK(testing::ExitsWithin(orphan, kLongWait));
 }
 
 TEST_CASE("The destructor kills and reaps a running child") {

@@ -125,19 +125,6 @@ double ElapsedSeconds(Steady::time_point start) {
   return std::chrono::duration<double>(Steady::now() - start).count();
 }
 
-// A clock the test moves by hand.
-class ManualClock {
- public:
-  Steady::time_point Now() const {
-    return base_ + std::chrono::nanoseconds(offset_ns_.load());
-  }
-  void Advance(std::chrono::nanoseconds by) { offset_ns_ += by.count(); }
-
- private:
-  const Steady::time_point base_ = Steady::now();
-  std::atomic<int64_t> offset_ns_{0};
-};
-
 // ---------------------------------------------------------------------------
 // DI-engine's cases, for both child types.
 
@@ -401,9 +388,9 @@ TEST_CASE("Blocking calls time out") {
 TEST_CASE("The timeout is a total for the call, not per reply") {
   const ChildKind kind = GENERATE(ChildKind::kProcess, ChildKind::kThread);
   INFO(KindName(kind) << " children");
-  ManualClock clock;
+  FakeClock clock;
   SupervisorOptions options = TestOptions();
-  options.clock = [&clock] { return clock.Now(); };
+  options.clock = &clock;
   Supervisor supervisor(options);
   for (int i = 0; i < 3; ++i) AddChild(supervisor, kind);
   StartOrDie(supervisor);

@@ -192,7 +192,7 @@ void DaemonProcess::ReadOutput() {
         partial[i].append(chunk, n);
       }
       const auto now = BenchClock::now();
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       size_t newline;
       while ((newline = partial[i].find('\n')) != std::string::npos) {
         lines_.push_back(Line{partial[i].substr(0, newline), now});
@@ -201,18 +201,20 @@ void DaemonProcess::ReadOutput() {
       if (lines_.size() > kMaxLines) {
         lines_.erase(lines_.begin(), lines_.begin() + lines_.size() / 2);
       }
-      changed_.notify_all();
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   reader_done_ = true;
-  changed_.notify_all();
 }
 
 absl::StatusOr<DaemonProcess::Line> DaemonProcess::WaitForLine(
     const std::string& needle, BenchClock::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   size_t next = 0;
+  // New lines, or the end of the output.
+  auto news = [this, &next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return next < lines_.size() || reader_done_;
+  };
   while (true) {
     for (; next < lines_.size(); ++next) {
       if (lines_[next].text.find(needle) != std::string::npos) {
@@ -224,8 +226,8 @@ absl::StatusOr<DaemonProcess::Line> DaemonProcess::WaitForLine(
                                                 ") closed its output before '",
                                                 needle, "'"));
     }
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout &&
-        next == lines_.size()) {
+    if (!mu_.AwaitWithTimeout(absl::Condition(&news),
+                              absl::FromChrono(deadline - BenchClock::now()))) {
       return absl::DeadlineExceededError(absl::StrCat(
           "aggregatord (pid ", pid_, ") did not log '", needle, "' in time"));
     }
@@ -284,7 +286,7 @@ absl::StatusOr<std::chrono::nanoseconds> DaemonProcess::Terminate(
 }
 
 int DaemonProcess::warnings() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int count = 0;
   for (const Line& line : lines_) {
     for (const char* level : {" warning ", " error ", " critical "}) {
@@ -298,7 +300,7 @@ int DaemonProcess::warnings() const {
 }
 
 std::string DaemonProcess::Tail(size_t count) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::string text;
   const size_t first = lines_.size() > count ? lines_.size() - count : 0;
   for (size_t i = first; i < lines_.size(); ++i) {

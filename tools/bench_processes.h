@@ -14,10 +14,8 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -27,6 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/process/subprocess.h"
 
 namespace aggregator {
@@ -154,8 +153,7 @@ class DaemonProcess {
   int wake_fd_ = -1;    // eventfd: tells the reader to finish
   std::thread reader_;
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
+  mutable absl::Mutex mu_;
   std::vector<Line> lines_ ABSL_GUARDED_BY(mu_);
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -15,15 +15,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
@@ -82,8 +81,7 @@ class ExampleLearner final : public aggregator::v1::Learner::Service {
   grpc::Status Enter(const char* method);
 
   const ExampleLearnerOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable stopped_cv_;
+  mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t learner_step_ ABSL_GUARDED_BY(mu_) = 0;

@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace aggregator {
 
@@ -36,6 +37,13 @@ class Clock {
   virtual int AddWaker(std::function<void()> wake) = 0;
   virtual void RemoveWaker(int token) = 0;
 };
+
+// The real time left until a steady_clock deadline (negative once passed), for
+// absl::Mutex::AwaitWithTimeout and absl::CondVar::WaitWithTimeout.
+inline absl::Duration TimeUntil(
+    std::chrono::steady_clock::time_point deadline) {
+  return absl::FromChrono(deadline - std::chrono::steady_clock::now());
+}
 
 // std::chrono::steady_clock. It never jumps, so it keeps no wakers.
 Clock& SteadyClock();

@@ -249,17 +249,14 @@ void LearnerPool::Handle(Event* event, bool ok) {
 void LearnerPool::StartAttempt(Learner* learner) {
   ++learner->attempts;
   learner->token = next_token_++;
-  learner->channel = grpc::CreateCustomChannel(
-      learner->endpoint.address.ToString(), grpc::InsecureChannelCredentials(),
-      [&] {
-        grpc::ChannelArguments args =
-            LearnerChannelArguments(max_message_bytes_);
-        // A fresh subchannel per attempt: our backoff decides when to retry.
-        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-        args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-                    static_cast<int>(connect_.attempt_timeout.count()));
-        return args;
-      }());
+  grpc::ChannelArguments args = LearnerChannelArguments(max_message_bytes_);
+  // A fresh subchannel per attempt: our backoff decides when to retry.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              static_cast<int>(connect_.attempt_timeout.count()));
+  learner->channel =
+      grpc::CreateCustomChannel(learner->endpoint.address.ToString(),
+                                grpc::InsecureChannelCredentials(), args);
   learner->attempt_deadline = Steady::now() + connect_.attempt_timeout;
   Watch(learner, learner->channel->GetState(/*try_to_connect=*/true),
         learner->attempt_deadline);

@@ -142,7 +142,7 @@ class LearnerPool {
   struct Event;
 
   void Run();
-  void Handle(Event* event, bool ok);
+  void Handle(Event* event, bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartAttempt(Learner* learner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStateChange(Learner* learner, bool ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,6 +1,10 @@
 #include "lib/ops/aggregator_metrics.h"
 
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/base/version.h"
 
 namespace aggregator {
@@ -10,78 +14,137 @@ std::string CodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
+// Latency buckets in seconds, 100 us .. 60 s.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+      0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+  return *buckets;
+}
+
 }  // namespace
 
-AggregatorMetrics::AggregatorMetrics() {
-  const auto* latency = &MetricsRegistry::LatencyBuckets();
-  registry_
-      .AddGauge("aggregator_build_info",
-                "Always 1; the version of aggregatord that serves.",
-                {"version"})
-      ->WithLabels({kVersion})
-      ->Set(1);
-  requests_ = registry_.AddCounter(
-      "aggregator_requests_total",
-      "Learner API calls served to the coordinator, by RPC and status code.",
-      {"rpc", "code"});
-  request_duration_ = registry_.AddHistogram(
-      "aggregator_request_duration_seconds",
-      "Time to serve a Learner API call, fan-out and merge included.", {"rpc"},
-      latency);
-  learner_calls_ = registry_.AddCounter(
-      "aggregator_learner_calls_total",
-      "Calls made to learners, by learner, RPC and status code.",
-      {"learner", "rpc", "code"});
-  learner_call_duration_ = registry_.AddHistogram(
-      "aggregator_learner_call_duration_seconds",
-      "Latency of calls made to learners.", {"learner", "rpc"}, latency);
-  forwarded_bytes_ = registry_.AddCounter(
-      "aggregator_forwarded_bytes_total",
-      "Sample payload bytes forwarded to learners in Learn calls.",
-      {"learner"});
-  learners_ = registry_.AddGauge("aggregator_learners",
-                                 "Learners in the pool, by state.", {"state"});
-  worker_restarts_ = registry_.AddCounter(
-      "aggregator_worker_restarts_total",
-      "Restarts of local worker processes, by worker and replica index.",
-      {"worker", "index"});
-  reloads_ =
-      registry_.AddCounter("aggregator_reloads_total",
-                           "Configuration reloads, by result.", {"result"});
-  for (const char* result : {"ok", "failed"}) reloads_->WithLabels({result});
+// The registry behind the collectors that set its figures first.
+class AggregatorMetrics::Collecting : public prometheus::Collectable {
+ public:
+  explicit Collecting(std::shared_ptr<prometheus::Registry> registry)
+      : registry_(std::move(registry)) {}
+
+  void Add(std::function<void()> collect) {
+    absl::MutexLock lock(&mu_);
+    collectors_.push_back(std::move(collect));
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    {
+      absl::MutexLock lock(&mu_);  // one scrape's collectors at a time
+      for (const auto& collect : collectors_) collect();
+    }
+    return registry_->Collect();
+  }
+
+ private:
+  const std::shared_ptr<prometheus::Registry> registry_;
+  mutable absl::Mutex mu_;
+  std::vector<std::function<void()>> collectors_ ABSL_GUARDED_BY(mu_);
+};
+
+AggregatorMetrics::AggregatorMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      collectable_(std::make_shared<Collecting>(registry_)),
+      requests_(prometheus::BuildCounter()
+                    .Name("aggregator_requests_total")
+                    .Help("Learner API calls served to the coordinator, by "
+                          "RPC and status code.")
+                    .Register(*registry_)),
+      request_duration_(
+          prometheus::BuildHistogram()
+              .Name("aggregator_request_duration_seconds")
+              .Help("Time to serve a Learner API call, fan-out and merge "
+                    "included.")
+              .Register(*registry_)),
+      learner_calls_(
+          prometheus::BuildCounter()
+              .Name("aggregator_learner_calls_total")
+              .Help("Calls made to learners, by learner, RPC and status code.")
+              .Register(*registry_)),
+      learner_call_duration_(
+          prometheus::BuildHistogram()
+              .Name("aggregator_learner_call_duration_seconds")
+              .Help("Latency of calls made to learners.")
+              .Register(*registry_)),
+      forwarded_bytes_(
+          prometheus::BuildCounter()
+              .Name("aggregator_forwarded_bytes_total")
+              .Help("Sample payload bytes forwarded to learners in Learn "
+                    "calls.")
+              .Register(*registry_)),
+      learners_(prometheus::BuildGauge()
+                    .Name("aggregator_learners")
+                    .Help("Learners in the pool, by state.")
+                    .Register(*registry_)),
+      worker_restarts_(prometheus::BuildCounter()
+                           .Name("aggregator_worker_restarts_total")
+                           .Help("Restarts of local worker processes, by "
+                                 "worker and replica index.")
+                           .Register(*registry_)),
+      reloads_(prometheus::BuildCounter()
+                   .Name("aggregator_reloads_total")
+                   .Help("Configuration reloads, by result.")
+                   .Register(*registry_)) {
+  prometheus::BuildGauge()
+      .Name("aggregator_build_info")
+      .Help("Always 1; the version of aggregatord that serves.")
+      .Register(*registry_)
+      .Add({{"version", kVersion}})
+      .Set(1);
+  for (const char* result : {"ok", "failed"})
+    reloads_.Add({{"result", result}});
+}
+
+std::shared_ptr<prometheus::Collectable> AggregatorMetrics::collectable()
+    const {
+  return collectable_;
+}
+
+void AggregatorMetrics::AddCollector(std::function<void()> collect) {
+  collectable_->Add(std::move(collect));
 }
 
 void AggregatorMetrics::Served(const char* rpc, grpc::StatusCode code,
                                double seconds) {
-  requests_->WithLabels({rpc, CodeName(code)})->Increment();
-  request_duration_->WithLabels({rpc})->Observe(seconds);
+  requests_.Add({{"rpc", rpc}, {"code", CodeName(code)}}).Increment();
+  request_duration_.Add({{"rpc", rpc}}, LatencyBuckets()).Observe(seconds);
 }
 
 void AggregatorMetrics::LearnerCall(const std::string& learner, const char* rpc,
                                     grpc::StatusCode code, double seconds) {
-  learner_calls_->WithLabels({learner, rpc, CodeName(code)})->Increment();
-  learner_call_duration_->WithLabels({learner, rpc})->Observe(seconds);
+  learner_calls_
+      .Add({{"learner", learner}, {"rpc", rpc}, {"code", CodeName(code)}})
+      .Increment();
+  learner_call_duration_
+      .Add({{"learner", learner}, {"rpc", rpc}}, LatencyBuckets())
+      .Observe(seconds);
 }
 
 void AggregatorMetrics::Forwarded(const std::string& learner, double bytes) {
-  forwarded_bytes_->WithLabels({learner})->Increment(bytes);
+  forwarded_bytes_.Add({{"learner", learner}}).Increment(bytes);
 }
 
 void AggregatorMetrics::Reloaded(bool ok) {
-  reloads_->WithLabels({ok ? "ok" : "failed"})->Increment();
+  reloads_.Add({{"result", ok ? "ok" : "failed"}}).Increment();
 }
 
 void AggregatorMetrics::SetLearners(const std::string& state, double count) {
-  learners_->WithLabels({state})->Set(count);
+  learners_.Add({{"state", state}}).Set(count);
 }
 
 void AggregatorMetrics::SetWorkerRestarts(const std::string& worker, int index,
                                           double restarts) {
-  Counter* counter =
-      worker_restarts_->WithLabels({worker, std::to_string(index)});
+  prometheus::Counter& counter = worker_restarts_.Add(
+      {{"worker", worker}, {"index", std::to_string(index)}});
   // Counters only go up: add what happened since the last scrape.
-  if (restarts > counter->value())
-    counter->Increment(restarts - counter->value());
+  if (restarts > counter.Value()) counter.Increment(restarts - counter.Value());
 }
 
 }  // namespace aggregator

@@ -1,23 +1,31 @@
-// AggregatorMetrics: the daemon's metrics, by Prometheus conventions:
-//   aggregator_requests_total{rpc,code}            calls served to the
-//   coordinator aggregator_request_duration_seconds{rpc}       their latency
+// AggregatorMetrics: the daemon's metrics (prometheus-cpp), by Prometheus
+// conventions:
+//   aggregator_requests_total{rpc,code}        calls served to the coordinator
+//   aggregator_request_duration_seconds{rpc}   their latency
 //   aggregator_learner_calls_total{learner,rpc,code}
 //   aggregator_learner_call_duration_seconds{learner,rpc}
-//   aggregator_forwarded_bytes_total{learner}      sample bytes sent in Learn
-//   aggregator_learners{state}                     learners by state
+//   aggregator_forwarded_bytes_total{learner}  sample bytes sent in Learn
+//   aggregator_learners{state}                 learners by state
 //   aggregator_worker_restarts_total{worker,index}
-//   aggregator_reloads_total{result}               ok | failed
-//   aggregator_build_info{version}                 always 1
+//   aggregator_reloads_total{result}           ok | failed
+//   aggregator_build_info{version}             always 1
 //
-// Thread-safety: every method may be called from any thread.
+// Thread-safety: every method may be called from any thread; collectors run on
+// the scraping thread.
 #ifndef LIB_OPS_AGGREGATOR_METRICS_H_
 #define LIB_OPS_AGGREGATOR_METRICS_H_
 
 #include <grpcpp/grpcpp.h>
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
+#include <functional>
+#include <memory>
 #include <string>
-
-#include "lib/ops/metrics.h"
 
 namespace aggregator {
 
@@ -25,7 +33,11 @@ class AggregatorMetrics {
  public:
   AggregatorMetrics();
 
-  MetricsRegistry& registry() { return registry_; }
+  // What a scrape collects: runs the collectors, then reads the registry.
+  std::shared_ptr<prometheus::Collectable> collectable() const;
+  // `collect` runs before each scrape and sets figures from other state (the
+  // Set* methods). Add collectors before the first scrape.
+  void AddCollector(std::function<void()> collect);
 
   void Served(const char* rpc, grpc::StatusCode code, double seconds);
   void LearnerCall(const std::string& learner, const char* rpc,
@@ -37,15 +49,18 @@ class AggregatorMetrics {
   void SetWorkerRestarts(const std::string& worker, int index, double restarts);
 
  private:
-  MetricsRegistry registry_;
-  Family<Counter>* requests_;
-  Family<Histogram>* request_duration_;
-  Family<Counter>* learner_calls_;
-  Family<Histogram>* learner_call_duration_;
-  Family<Counter>* forwarded_bytes_;
-  Family<Gauge>* learners_;
-  Family<Counter>* worker_restarts_;
-  Family<Counter>* reloads_;
+  class Collecting;
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<Collecting> collectable_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Family<prometheus::Counter>& learner_calls_;
+  prometheus::Family<prometheus::Histogram>& learner_call_duration_;
+  prometheus::Family<prometheus::Counter>& forwarded_bytes_;
+  prometheus::Family<prometheus::Gauge>& learners_;
+  prometheus::Family<prometheus::Counter>& worker_restarts_;
+  prometheus::Family<prometheus::Counter>& reloads_;
 };
 
 }  // namespace aggregator

@@ -1,13 +1,32 @@
 #include "lib/ops/systemd_notifier.h"
 
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace aggregator {
 
 SystemdNotifier::SystemdNotifier() {
+  const char* socket_path = getenv("NOTIFY_SOCKET");
+  if (socket_path != nullptr && socket_path[0] != '\0' &&
+      strlen(socket_path) < sizeof(sockaddr_un{}.sun_path) &&
+      (socket_path[0] == '/' || socket_path[0] == '@')) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    memcpy(address.sun_path, socket_path, strlen(socket_path));
+    if (address.sun_path[0] == '@') address.sun_path[0] = '\0';  // abstract
+    address_length_ = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) +
+                                             strlen(socket_path));
+    address_ = address;
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  }
   uint64_t usec = 0;
   if (sd_watchdog_enabled(/*unset_environment=*/0, &usec) > 0 && usec > 0) {
     watchdog_interval_ = std::chrono::microseconds(usec / 2);
@@ -33,8 +52,18 @@ void SystemdNotifier::Status(const std::string& text) {
 
 void SystemdNotifier::Watchdog() { Notify("WATCHDOG=1"); }
 
+SystemdNotifier::~SystemdNotifier() {
+  if (fd_ >= 0) close(fd_);
+}
+
 void SystemdNotifier::Notify(const std::string& state) {
-  sd_notify(/*unset_environment=*/0, state.c_str());
+  if (fd_ < 0) return;
+  // Never blocks: sd_notify() would wait while the receiver's queue is full,
+  // and the signal loop that pings the watchdog must not. A message that does
+  // not fit is dropped (systemd reads its socket at once; a lost ping is
+  // resent within half the watchdog interval).
+  (void)sendto(fd_, state.data(), state.size(), MSG_NOSIGNAL | MSG_DONTWAIT,
+               reinterpret_cast<const sockaddr*>(&address_), address_length_);
 }
 
 }  // namespace aggregator

@@ -1,11 +1,14 @@
 // SystemdNotifier: the sd_notify side of systemd's Type=notify protocol (READY,
-// RELOADING, STOPPING, STATUS, WATCHDOG). Every call is a no-op when the
-// process was not started by systemd (NOTIFY_SOCKET unset), so callers never
-// need to check.
+// RELOADING, STOPPING, STATUS, WATCHDOG), sent without ever blocking. Every
+// call is a no-op when the process was not started by systemd (NOTIFY_SOCKET
+// unset), so callers never need to check.
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef LIB_OPS_SYSTEMD_NOTIFIER_H_
 #define LIB_OPS_SYSTEMD_NOTIFIER_H_
+
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <chrono>
 #include <optional>
@@ -16,6 +19,9 @@ namespace aggregator {
 class SystemdNotifier {
  public:
   SystemdNotifier();
+  ~SystemdNotifier();
+  SystemdNotifier(const SystemdNotifier&) = delete;
+  SystemdNotifier& operator=(const SystemdNotifier&) = delete;
 
   void Ready();
   // Before applying a new configuration; follow with Ready().
@@ -36,6 +42,9 @@ class SystemdNotifier {
   void Notify(const std::string& state);
 
   std::optional<std::chrono::microseconds> watchdog_interval_;
+  int fd_ = -1;  // a datagram socket for NOTIFY_SOCKET, or -1
+  sockaddr_un address_{};
+  socklen_t address_length_ = 0;
 };
 
 }  // namespace aggregator

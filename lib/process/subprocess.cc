@@ -17,11 +17,16 @@ extern "C" {
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <deque>
+#include <functional>
+#include <future>
 #include <set>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 
 extern char** environ;
 
@@ -348,7 +353,76 @@ std::string ExitStatus::ToString() const {
   return absl::StrCat("killed by SIG", abbrev);
 }
 
+namespace {
+
+// The one thread that forks every child (see the header). It lives as long as
+// the process and never takes a signal.
+class SpawnerThread {
+ public:
+  // The spawner of this process. A process forked without exec (a test, a
+  // daemonising wrapper) has none of its parent's threads: it gets its own.
+  static SpawnerThread& Get() {
+    static absl::Mutex mu;
+    static SpawnerThread* spawner ABSL_GUARDED_BY(mu) = nullptr;
+    absl::MutexLock lock(&mu);
+    if (spawner == nullptr || spawner->pid_ != getpid()) {
+      spawner = new SpawnerThread();  // never destroyed
+    }
+    return *spawner;
+  }
+
+  // Runs `job` on the spawner thread and returns its result. Bounded by fork
+  // and exec: Start returns once the child has exec'd or failed to.
+  absl::StatusOr<std::unique_ptr<Subprocess>> Run(
+      const std::function<absl::StatusOr<std::unique_ptr<Subprocess>>()>& job) {
+    std::promise<absl::StatusOr<std::unique_ptr<Subprocess>>> promise;
+    auto future = promise.get_future();
+    {
+      absl::MutexLock lock(&mu_);
+      jobs_.push_back([&] { promise.set_value(job()); });
+    }
+    return future.get();
+  }
+
+ private:
+  SpawnerThread() {
+    std::thread([this] { Loop(); }).detach();
+  }
+
+  void Loop() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    for (;;) {
+      std::function<void()> job;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](std::deque<std::function<void()>>* jobs) {
+              return !jobs->empty();
+            },
+            &jobs_));
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+
+  const pid_t pid_ = getpid();
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
+    const SubprocessOptions& options) {
+  return SpawnerThread::Get().Run(
+      [&options] { return StartOnThisThread(options); });
+}
+
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::StartOnThisThread(
     const SubprocessOptions& options) {
   ChildPlan plan;
   if (absl::Status status = BuildPlan(options, plan); !status.ok()) {
@@ -551,11 +625,34 @@ absl::Status Subprocess::Signal(int signo, bool group) {
   return absl::OkStatus();
 }
 
+void Subprocess::BeginStop(TimePoint kill_at) {
+  if (kill_at_.has_value()) return;
+  kill_at_ = kill_at;
+  SignalGroupOrChild(SIGTERM);
+}
+
+bool Subprocess::EnforceStop(TimePoint now) {
+  if (!kill_at_.has_value() || killed_ || now < *kill_at_) return false;
+  Kill();
+  return true;
+}
+
+void Subprocess::Kill() {
+  if (!kill_at_.has_value()) kill_at_ = Steady::now();
+  killed_ = true;
+  SignalGroupOrChild(SIGKILL);
+}
+
+std::optional<Subprocess::TimePoint> Subprocess::kill_due() const {
+  if (!kill_at_.has_value() || killed_) return std::nullopt;
+  return kill_at_;
+}
+
 ExitStatus Subprocess::Stop(std::chrono::milliseconds grace) {
   if (!exit_status_.has_value()) {
-    SignalGroupOrChild(SIGTERM);
-    if (!Wait(Steady::now() + grace).ok()) {
-      SignalGroupOrChild(SIGKILL);
+    BeginStop(Steady::now() + grace);
+    if (!Wait(*kill_at_).ok()) {
+      Kill();
       (void)Wait(Steady::now() + kKillWait);
     }
   }

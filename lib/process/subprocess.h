@@ -1,7 +1,15 @@
 // Subprocess: one child process started with fork/exec, and everything needed
 // to supervise it without ever blocking forever: waiting with a deadline
-// (pidfd), signalling it or its whole process group, reading its output line by
-// line with a deadline.
+// (its pidfd, which callers may poll too), signalling it or its whole process
+// group, one stop escalation (SIGTERM to the group, SIGKILL at a deadline),
+// reading its output line by line with a deadline. The process core under both
+// supervisors (lib/supervisor, lib/workers).
+//
+// Every child is forked by one long-lived spawner thread of the process:
+// PR_SET_PDEATHSIG fires when the *thread* that forked a child exits, so a
+// child forked by a caller's short-lived thread would die with that thread.
+// Forked there, a die_with_parent child dies with the process, even when the
+// process is SIGKILLed.
 //
 // Thread-safety: a Subprocess is used by one thread at a time. Ownership: the
 // object owns the child; its destructor SIGKILLs the process group (if still
@@ -31,9 +39,8 @@ struct SubprocessOptions {
   std::string cwd;
   // The child leads a new process group, so a signal can reach its descendants.
   bool new_process_group = true;
-  // PR_SET_PDEATHSIG(SIGKILL): the child dies when the thread that forked it
-  // exits (so children never outlive their parent, even after the parent's
-  // SIGKILL).
+  // PR_SET_PDEATHSIG(SIGKILL): the child dies with this process, even after
+  // its SIGKILL.
   bool die_with_parent = true;
   // Parent fds to hand to the child at the given child fd numbers
   // ({parent_fd, child_fd}); every other fd above 2 is closed in the child.
@@ -64,6 +71,9 @@ class Subprocess {
   Subprocess& operator=(const Subprocess&) = delete;
 
   pid_t pid() const { return pid_; }
+  // Readable once the child has exited (poll it with the output pipes); owned
+  // by this object.
+  int pidfd() const { return pidfd_; }
 
   // Waits until the child exits or the deadline passes; reaps it. Returns
   // DEADLINE_EXCEEDED (child still running) on timeout. After the first success
@@ -77,7 +87,22 @@ class Subprocess {
   // Sends a signal to the child (group = false) or to its process group.
   // A child that already exited is not an error.
   absl::Status Signal(int signo, bool group = false);
-  // SIGTERM to the group, wait up to `grace`, then SIGKILL the group and reap.
+  // The stop escalation, for callers that wait on their own (poll loops, an
+  // injected clock). BeginStop sends SIGTERM to the group (and the child
+  // itself, in case it left it) and makes SIGKILL due at `kill_at`; again
+  // while stopping, it only keeps the earlier deadline. EnforceStop sends the
+  // SIGKILL once `now` has reached it, and says whether it did just now.
+  // Kill sends it at once.
+  using TimePoint = std::chrono::steady_clock::time_point;
+  void BeginStop(TimePoint kill_at);
+  bool EnforceStop(TimePoint now);
+  void Kill();
+  bool stopping() const { return kill_at_.has_value(); }
+  bool killed() const { return killed_; }
+  // When SIGKILL is due: set while stopping and not yet killed.
+  std::optional<TimePoint> kill_due() const;
+
+  // BeginStop, wait up to `grace`, then Kill and reap: the blocking form.
   ExitStatus Stop(std::chrono::milliseconds grace);
 
   // The read ends of the captured stdout / stderr pipes (-1 when not captured).
@@ -93,6 +118,9 @@ class Subprocess {
 
  private:
   Subprocess() = default;
+  // Start's work, on the spawner thread.
+  static absl::StatusOr<std::unique_ptr<Subprocess>> StartOnThisThread(
+      const SubprocessOptions& options);
 
   // Caches the status and notes whether the process group has emptied.
   void Reaped(const ExitStatus& status);
@@ -112,6 +140,8 @@ class Subprocess {
   bool stdout_eof_ = false;
   bool stderr_eof_ = false;
   std::optional<ExitStatus> exit_status_;
+  std::optional<TimePoint> kill_at_;  // set by BeginStop
+  bool killed_ = false;               // SIGKILL sent
 };
 
 }  // namespace aggregator

@@ -19,11 +19,14 @@ constexpr char kLearnerServiceName[] = "aggregator.v1.Learner";
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
-    const AggregatorConfig& config, ServerHooks hooks) {
+    const AggregatorConfig& config, ServerOptions options) {
   std::unique_ptr<AggregatorServer> self(new AggregatorServer());
   AggregatorServer* raw = self.get();
-  self->hooks_ = std::move(hooks);
-  self->config_ = config;
+  self->options_ = std::move(options);
+  {
+    absl::MutexLock lock(&self->config_mu_);
+    self->config_ = config;
+  }
   self->min_learners_ = config.service.min_learners;
 
   LearnerPoolHooks pool_hooks;
@@ -35,13 +38,14 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   self->learner_service_ = std::make_unique<LearnerService>(
       self->pool_.get(), config.service, &self->metrics_);
   self->admin_service_ = std::make_unique<AdminService>(
-      [raw] { return raw->Status(); }, self->hooks_.reload);
-  self->metrics_.registry().AddCollector([raw] { raw->CollectMetrics(); });
+      [raw] { return raw->Status(); }, self->options_.reload);
+  self->metrics_.AddCollector([raw] { raw->CollectMetrics(); });
 
   // Before the server starts, so status calls always find it; its workers
   // start only once the address is bound.
   WorkerManagerOptions worker_options;
   worker_options.on_change = [raw] { raw->UpdateLearners(); };
+  worker_options.program_dirs = self->options_.program_dirs;
   self->workers_ = std::make_unique<WorkerManager>(std::move(worker_options));
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -148,7 +152,8 @@ void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
     health->SetServingStatus(now_ready);
     health->SetServingStatus(kLearnerServiceName, now_ready);
   }
-  if (hooks_.on_ready_change) hooks_.on_ready_change(now_ready, ready, total);
+  if (options_.on_ready_change)
+    options_.on_ready_change(now_ready, ready, total);
 }
 
 ServerStatus AggregatorServer::Status() const {

@@ -34,8 +34,11 @@
 
 namespace aggregator {
 
-// What the daemon around the server wants to hear of and to offer.
-struct ServerHooks {
+// What the daemon around the server offers and wants to hear of.
+struct ServerOptions {
+  // Where workers' relative programs are looked up after the working
+  // directory (the daemon's runfiles; lib/workers/worker_program.h).
+  std::vector<std::string> program_dirs;
   // Whenever readiness or the learner counts change (from the pool's thread).
   std::function<void(bool ready, size_t ready_learners, size_t learners)>
       on_ready_change;
@@ -50,7 +53,7 @@ class AggregatorServer {
   // (naming the address) when the listen address cannot be bound; no worker
   // is started then.
   static absl::StatusOr<std::unique_ptr<AggregatorServer>> Start(
-      const AggregatorConfig& config, ServerHooks hooks = {});
+      const AggregatorConfig& config, ServerOptions options = {});
   ~AggregatorServer();
 
   // The bound port (useful with listen port 0).
@@ -95,7 +98,7 @@ class AggregatorServer {
   void UpdateLearners();
   AggregatorConfig config() const;
 
-  ServerHooks hooks_;
+  ServerOptions options_;
   AggregatorMetrics metrics_;
   mutable absl::Mutex config_mu_;
   AggregatorConfig config_ ABSL_GUARDED_BY(config_mu_);

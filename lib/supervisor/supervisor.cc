@@ -27,6 +27,13 @@ namespace supervisor_internal {
 
 using RealClock = std::chrono::steady_clock;
 
+// absl::CondVar takes absl::Time: a steady deadline as wall-clock time.
+std::chrono::system_clock::time_point ToSystem(RealClock::time_point when) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             when - RealClock::now());
+}
+
 // Lets the thread blocked in ppoll() for everyone know that something other
 // than a process channel changed: a thread child replied, a result was added,
 // the set of channels changed. seq() tells whether anything happened since a
@@ -97,19 +104,19 @@ class ThreadChannel {
   void PushRequest(v1::WorkerRequest request) {
     bool wake;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       requests_.push_back(std::move(request));
       queued_.fetch_add(1, std::memory_order_release);
       wake = child_waiting_;
     }
-    if (wake) cv_.notify_all();
+    if (wake) cv_.SignalAll();
   }
   bool has_replies() const {
     return has_replies_.load(std::memory_order_acquire);
   }
   // Moves the replies into `out`, which must be empty.
   void TakeReplies(std::vector<v1::WorkerReply>& out) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     out.swap(replies_);
     has_replies_.store(false, std::memory_order_release);
   }
@@ -118,17 +125,22 @@ class ThreadChannel {
   void RequestStop() {
     std::shared_ptr<WorkerObject> object;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
       stopping_.store(true, std::memory_order_release);
       object = object_;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (object != nullptr) object->RequestStop();
   }
   bool WaitExited(RealClock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_until(lock, deadline, [this] { return exited_; });
+    absl::MutexLock lock(&mu_);
+    while (!exited_) {
+      if (cv_.WaitWithDeadline(&mu_, absl::FromChrono(ToSystem(deadline)))) {
+        return exited_;
+      }
+    }
+    return true;
   }
 
   // Child side. False once a stop was requested.
@@ -141,10 +153,10 @@ class ThreadChannel {
         SpinPause();
       }
     }
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     while (requests_.empty() && !stop_) {
       child_waiting_ = true;
-      cv_.wait(lock);
+      cv_.Wait(&mu_);
       child_waiting_ = false;
     }
     if (stop_) return false;
@@ -155,7 +167,7 @@ class ThreadChannel {
   }
   void PushReply(v1::WorkerReply reply) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       replies_.push_back(std::move(reply));
       has_replies_.store(true, std::memory_order_release);
     }
@@ -164,7 +176,7 @@ class ThreadChannel {
   void SetObject(std::shared_ptr<WorkerObject> object) {
     bool stop;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       object_ = object;
       stop = stop_;
     }
@@ -172,20 +184,20 @@ class ThreadChannel {
   }
   void MarkExited() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       exited_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 
  private:
   const std::shared_ptr<Waker> waker_;
   const std::chrono::nanoseconds spin_;
 
-  std::mutex mu_;
+  absl::Mutex mu_;
   // With mu_: requests arrived or a stop (for the child), exit (for the
   // supervisor).
-  std::condition_variable cv_;
+  absl::CondVar cv_;
   std::deque<v1::WorkerRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WorkerReply> replies_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<WorkerObject> object_ ABSL_GUARDED_BY(mu_);
@@ -198,65 +210,6 @@ class ThreadChannel {
   std::atomic<bool> has_replies_{false};
 };
 
-// Forks every process child from one long-lived thread: PR_SET_PDEATHSIG
-// fires when the *thread* that forked a child exits, so forking from a
-// caller's short-lived thread would kill the child with that thread.
-//
-// Thread-safety: Spawn may be called from any thread. Ownership: owns its
-// thread, joined on destruction.
-class Spawner {
- public:
-  Spawner() : thread_([this] { Run(); }) {}
-  ~Spawner() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  Spawner(const Spawner&) = delete;
-  Spawner& operator=(const Spawner&) = delete;
-
-  // Subprocess::Start on the spawner thread. It returns once the child has
-  // exec'd or failed to, so this wait is bounded by fork and exec.
-  absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(
-      const SubprocessOptions& options) {
-    std::promise<absl::StatusOr<std::unique_ptr<Subprocess>>> promise;
-    std::future<absl::StatusOr<std::unique_ptr<Subprocess>>> future =
-        promise.get_future();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back([&options, &promise] {
-        promise.set_value(Subprocess::Start(options));
-      });
-    }
-    cv_.notify_all();
-    return future.get();
-  }
-
- private:
-  void Run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;  // with mu_: a job or the stop
-  std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-};
-
 // One start of a child: its process or thread and its channel. Replaced as a
 // whole by a restart, so nothing of an old start can reach a new one.
 //
@@ -264,7 +217,6 @@ class Spawner {
 // closed when the last reference goes.
 struct Incarnation {
   ~Incarnation() {
-    if (pidfd >= 0) close(pidfd);
     // Stop paths join; a thread that did not stop owns what it uses.
     if (thread.joinable()) thread.detach();
   }
@@ -272,14 +224,15 @@ struct Incarnation {
   bool is_process = false;
   int generation = 0;  // set before the incarnation is visible
 
-  // A process child. pid, pidfd and channel are fixed once visible.
+  // A process child. pid, pidfd (the Subprocess's own) and channel are fixed
+  // once visible.
   pid_t pid = -1;
   int pidfd = -1;
   std::unique_ptr<WorkerChannel> channel;  // reads: the reader role only
-  std::mutex write_mu;                     // serializes writes to `channel`
+  absl::Mutex write_mu;                    // serializes writes to `channel`
   v1::WorkerRequest request ABSL_GUARDED_BY(write_mu);  // reused
   // Guards `process`; held only for calls that do not block.
-  std::mutex process_mu;
+  absl::Mutex process_mu;
   std::unique_ptr<Subprocess> process ABSL_GUARDED_BY(process_mu);
 
   // A thread child.
@@ -305,8 +258,8 @@ struct Incarnation {
 
 using supervisor_internal::Incarnation;
 using supervisor_internal::RealClock;
-using supervisor_internal::Spawner;
 using supervisor_internal::ThreadChannel;
+using supervisor_internal::ToSystem;
 using supervisor_internal::Waker;
 
 namespace {
@@ -408,24 +361,20 @@ absl::Status WorkerErrorToStatus(const v1::WorkerError& error) {
   }
 }
 
-namespace {
-
-SupervisorOptions WithDefaults(SupervisorOptions options) {
-  if (!options.clock) {
-    options.clock = [] { return std::chrono::steady_clock::now(); };
-  }
-  return options;
-}
-
-}  // namespace
-
 Supervisor::Supervisor(SupervisorOptions options)
-    : options_(WithDefaults(std::move(options))),
-      waker_(std::make_shared<Waker>()) {}
+    : options_(std::move(options)),
+      clock_(&ClockOrSteady(options_.clock)),
+      waker_(std::make_shared<Waker>()) {
+  // A fake clock's jump wakes the reader, which sees what became due.
+  std::weak_ptr<Waker> waker = waker_;
+  clock_token_ = clock_->AddWaker([waker] {
+    if (auto w = waker.lock()) w->Signal();
+  });
+}
 
 Supervisor::~Supervisor() {
   (void)Shutdown(options_.stop_timeout);
-  spawner_.reset();
+  clock_->RemoveWaker(clock_token_);
 }
 
 Supervisor::TimePoint Supervisor::DeadlineAfter(
@@ -436,8 +385,10 @@ Supervisor::TimePoint Supervisor::DeadlineAfter(
 }
 
 RealClock::time_point Supervisor::RealDeadline(TimePoint deadline) const {
-  const auto left =
-      std::clamp<Duration>(deadline - Now(), Duration::zero(), kLongestWait);
+  // A fake clock (no real delay) wakes waiters through the waker instead.
+  const Duration left = std::clamp<Duration>(
+      clock_->RealDelayUntil(deadline).value_or(kLongestWait), Duration::zero(),
+      kLongestWait);
   return RealClock::now() + left;
 }
 
@@ -457,7 +408,7 @@ absl::StatusOr<int> Supervisor::Register(ThreadChildSpec spec) {
 
 absl::StatusOr<int> Supervisor::AddChild(
     std::variant<ProcessChildSpec, ThreadChildSpec> spec) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (running_) {
     return absl::FailedPreconditionError(
         "supervisor: Register after StartLink (register every child first)");
@@ -470,7 +421,7 @@ absl::StatusOr<int> Supervisor::AddChild(
 }
 
 int Supervisor::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(children_.size());
 }
 
@@ -515,7 +466,7 @@ ChildStatus Supervisor::StatusLocked(const Child& child) const {
 }
 
 void Supervisor::NotifyLocked() {
-  if (waiters_ > 0) cv_.notify_all();
+  if (waiters_ > 0) cv_.SignalAll();
   waker_->Signal();
 }
 
@@ -528,10 +479,10 @@ void Supervisor::CompleteLocked(RecvPayload result) {
 // Starting and stopping.
 
 absl::Status Supervisor::StartLink() {
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  absl::MutexLock lifecycle(&lifecycle_mu_);
   std::vector<Child*> children;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (waker_->fd() < 0) {
       return absl::ResourceExhaustedError(
           "supervisor: could not create its eventfd");
@@ -550,89 +501,90 @@ absl::Status Supervisor::StartLink() {
 
 absl::Status Supervisor::StartChild(Child& child) {
   auto inc = std::make_shared<Incarnation>();
-  absl::Status status;
-  if (const auto* spec = std::get_if<ProcessChildSpec>(&child.spec)) {
-    inc->is_process = true;
-    auto pair = WorkerChannel::CreatePair(options_.max_frame_bytes);
-    if (!pair.ok()) {
-      status = pair.status();
-    } else {
-      SubprocessOptions process_options;
-      process_options.argv = spec->argv;
-      process_options.env = spec->env;
-      process_options.env.emplace_back(kWorkerFdEnv,
-                                       std::to_string(kWorkerChildFd));
-      process_options.cwd = spec->cwd;
-      process_options.new_process_group = true;
-      process_options.die_with_parent = true;
-      process_options.capture_output = false;
-      process_options.fds = {{pair->second, kWorkerChildFd}};
-      if (spawner_ == nullptr) spawner_ = std::make_unique<Spawner>();
-      absl::StatusOr<std::unique_ptr<Subprocess>> process =
-          spawner_->Spawn(process_options);
-      close(pair->second);
-      if (!process.ok()) {
-        status = process.status();
-      } else {
-        inc->pid = (*process)->pid();
-        inc->pidfd = pidfd_open(inc->pid, 0);
-        if (inc->pidfd < 0) {
-          status = absl::ErrnoToStatus(
-              errno, absl::StrCat("pidfd_open(", inc->pid, ")"));
-          // The destructor kills and reaps it.
-          process->reset();
-        } else {
-          inc->channel = std::move(pair->first);
-          std::lock_guard<std::mutex> lock(inc->process_mu);
-          inc->process = std::move(*process);
-        }
-      }
-    }
-  } else {
-    const auto& thread_spec = std::get<ThreadChildSpec>(child.spec);
-    inc->thread_channel =
-        std::make_shared<ThreadChannel>(waker_, options_.spin);
-    try {
-      inc->thread =
-          std::thread([channel = inc->thread_channel, init = thread_spec.init] {
-            absl::StatusOr<std::unique_ptr<WorkerObject>> made =
-                RunWorkerInit(init);
-            if (!made.ok()) {
-              channel->PushReply(InitReply(made.status()));
-              channel->MarkExited();
-              return;
-            }
-            std::shared_ptr<WorkerObject> object = std::move(*made);
-            channel->SetObject(object);
-            channel->PushReply(InitReply(absl::OkStatus()));
-            v1::WorkerRequest request;
-            while (channel->PopRequest(&request)) {
-              if (request.method() == kShutdownMethod) break;
-              v1::WorkerReply reply;
-              object->Handle(request, &reply);
-              channel->PushReply(std::move(reply));
-            }
-            channel->SetObject(nullptr);
-            object.reset();  // before MarkExited: a joiner sees it destroyed
-            channel->MarkExited();
-          });
-    } catch (const std::system_error& e) {
-      status = absl::ResourceExhaustedError(
-          absl::StrCat("cannot create a thread: ", e.what()));
-    }
-  }
+  const absl::Status status =
+      std::holds_alternative<ProcessChildSpec>(child.spec)
+          ? StartProcess(std::get<ProcessChildSpec>(child.spec), *inc)
+          : StartThread(std::get<ThreadChildSpec>(child.spec), *inc);
+  return InstallIncarnation(child, std::move(inc), status);
+}
 
+absl::Status Supervisor::StartProcess(const ProcessChildSpec& spec,
+                                      Incarnation& inc) {
+  inc.is_process = true;
+  auto pair = WorkerChannel::CreatePair(options_.max_frame_bytes);
+  if (!pair.ok()) return pair.status();
+  SubprocessOptions options;
+  options.argv = spec.argv;
+  options.env = spec.env;
+  options.env.emplace_back(kWorkerFdEnv, std::to_string(kWorkerChildFd));
+  options.cwd = spec.cwd;
+  options.new_process_group = true;
+  options.die_with_parent = true;
+  options.capture_output = false;
+  options.fds = {{pair->second, kWorkerChildFd}};
+  absl::StatusOr<std::unique_ptr<Subprocess>> process =
+      Subprocess::Start(options);
+  close(pair->second);
+  if (!process.ok()) return process.status();
+  inc.pid = (*process)->pid();
+  inc.pidfd = (*process)->pidfd();
+  inc.channel = std::move(pair->first);
+  absl::MutexLock lock(&inc.process_mu);
+  inc.process = *std::move(process);
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::StartThread(const ThreadChildSpec& spec,
+                                     Incarnation& inc) {
+  inc.thread_channel = std::make_shared<ThreadChannel>(waker_, options_.spin);
+  try {
+    inc.thread = std::thread([channel = inc.thread_channel, init = spec.init] {
+      ServeThread(channel, init);
+    });
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot create a thread: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+void Supervisor::ServeThread(std::shared_ptr<ThreadChannel> channel,
+                             const WorkerInit& init) {
+  absl::StatusOr<std::unique_ptr<WorkerObject>> made = RunWorkerInit(init);
+  if (!made.ok()) {
+    channel->PushReply(InitReply(made.status()));
+    channel->MarkExited();
+    return;
+  }
+  std::shared_ptr<WorkerObject> object = std::move(*made);
+  channel->SetObject(object);
+  channel->PushReply(InitReply(absl::OkStatus()));
+  v1::WorkerRequest request;
+  while (channel->PopRequest(&request)) {
+    if (request.method() == kShutdownMethod) break;
+    v1::WorkerReply reply;
+    object->Handle(request, &reply);
+    channel->PushReply(std::move(reply));
+  }
+  channel->SetObject(nullptr);
+  object.reset();  // before MarkExited: a joiner sees it destroyed
+  channel->MarkExited();
+}
+
+absl::Status Supervisor::InstallIncarnation(Child& child,
+                                            std::shared_ptr<Incarnation> inc,
+                                            const absl::Status& started) {
   // Declared before the lock so the old incarnation is released after it.
   std::shared_ptr<Incarnation> old;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   old = std::move(child.current);
-  if (!status.ok()) {
+  if (!started.ok()) {
     child.state = ChildState::kFailed;
     child.current = nullptr;
     child.last_error = absl::StrCat(
-        LabelLocked(child), ": could not be started: ", status.message());
+        LabelLocked(child), ": could not be started: ", started.message());
     spdlog::error("supervisor: {}", child.last_error);
-    return absl::Status(status.code(), child.last_error);
+    return absl::Status(started.code(), child.last_error);
   }
   inc->generation = ++child.generation;
   child.current = std::move(inc);
@@ -643,120 +595,136 @@ absl::Status Supervisor::StartChild(Child& child) {
   return absl::OkStatus();
 }
 
+// One child being stopped by StopChildren.
+struct Supervisor::ChildStop {
+  Child* child;
+  std::shared_ptr<Incarnation> inc;
+  bool was_ended;  // already over before this stop (nothing to signal)
+  std::optional<ExitStatus> exit_status;
+  std::string escalation;  // what it took, for the record
+  bool detached = false;
+
+  // A process this stop still has to end.
+  bool process_running() const {
+    return inc->is_process && !was_ended &&
+           !WaitPidfd(inc->pidfd, RealClock::now());
+  }
+};
+
 absl::Status Supervisor::StopChildren(const std::vector<Child*>& children,
                                       Duration timeout,
                                       const std::string& reason) {
   timeout = std::clamp<Duration>(timeout, Duration::zero(), kLongestWait);
   const RealClock::time_point start = RealClock::now();
-  const RealClock::time_point ask_deadline = start + timeout / 2;
-  const RealClock::time_point term_deadline = start + timeout;
+  std::vector<ChildStop> stops = BeginStops(children, reason);
+  AskToStop(stops);
+  EscalateStops(stops, start, timeout);
+  CollectStops(stops, start + timeout);
+  return RecordStops(stops, reason, timeout);
+}
 
-  struct Stop {
-    Child* child;
-    std::shared_ptr<Incarnation> inc;
-    bool was_ended;  // already over before this stop (nothing to signal)
-    std::optional<ExitStatus> exit_status;
-    std::string escalation;  // what it took, for the record
-    bool detached = false;
-  };
-  std::vector<Stop> stops;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (Child* child : children) {
-      if (child->current == nullptr) continue;
-      Stop stop{child, child->current, child->current->ended, {}, {}};
-      if (!stop.was_ended) {
-        child->state = ChildState::kStopping;
-        stop.inc->stop_reason = reason;
-      }
-      stops.push_back(std::move(stop));
+std::vector<Supervisor::ChildStop> Supervisor::BeginStops(
+    const std::vector<Child*>& children, const std::string& reason) {
+  std::vector<ChildStop> stops;
+  absl::MutexLock lock(&mu_);
+  for (Child* child : children) {
+    if (child->current == nullptr) continue;
+    ChildStop stop{child, child->current, child->current->ended, {}, {}};
+    if (!stop.was_ended) {
+      child->state = ChildState::kStopping;
+      stop.inc->stop_reason = reason;
     }
+    stops.push_back(std::move(stop));
   }
+  return stops;
+}
 
-  // Ask: "_shutdown" to processes (never waiting behind a Send that holds the
+void Supervisor::AskToStop(std::vector<ChildStop>& stops) {
+  // "_shutdown" to processes (never waiting behind a Send that holds the
   // channel, nor for buffer space), a stop request to threads.
   v1::WorkerRequest shutdown_request;
   shutdown_request.set_method(kShutdownMethod);
-  for (Stop& stop : stops) {
+  for (ChildStop& stop : stops) {
     Incarnation& inc = *stop.inc;
     if (!inc.is_process) {
       inc.thread_channel->RequestStop();
       continue;
     }
     if (stop.was_ended) continue;
-    if (WaitPidfd(inc.pidfd, RealClock::now())) {
+    if (!stop.process_running()) {
       stop.escalation = "had already ended: ";  // nobody had noticed yet
       continue;
     }
-    std::unique_lock<std::mutex> write_lock(inc.write_mu, std::try_to_lock);
-    if (write_lock.owns_lock() && !inc.channel->broken()) {
-      (void)inc.channel->Write(shutdown_request, RealClock::now());
+    if (inc.write_mu.TryLock()) {
+      if (!inc.channel->broken()) {
+        (void)inc.channel->Write(shutdown_request, RealClock::now());
+      }
+      inc.write_mu.Unlock();
     }
   }
+}
 
-  // Escalate, each step against a deadline shared by all children.
-  auto signal_running = [&stops](int signo) {
-    for (Stop& stop : stops) {
-      Incarnation& inc = *stop.inc;
-      if (!inc.is_process || stop.was_ended) continue;
-      if (WaitPidfd(inc.pidfd, RealClock::now())) continue;
-      std::lock_guard<std::mutex> lock(inc.process_mu);
-      (void)inc.process->Signal(signo, /*group=*/true);
-    }
-  };
+void Supervisor::EscalateStops(std::vector<ChildStop>& stops,
+                               RealClock::time_point start, Duration timeout) {
+  // Half the time to follow "_shutdown", half after SIGTERM, each step
+  // against a deadline shared by all children.
+  const RealClock::time_point ask_deadline = start + timeout / 2;
+  const RealClock::time_point term_deadline = start + timeout;
   auto wait_all = [&stops](RealClock::time_point deadline) {
     bool all = true;
-    for (Stop& stop : stops) {
+    for (ChildStop& stop : stops) {
       if (!stop.inc->is_process || stop.was_ended) continue;
       if (!WaitPidfd(stop.inc->pidfd, deadline)) all = false;
     }
     return all;
   };
-  const std::string half = FormatDuration(timeout / 2);
-  if (!wait_all(ask_deadline)) {
-    for (Stop& stop : stops) {
-      if (stop.inc->is_process && !stop.was_ended &&
-          !WaitPidfd(stop.inc->pidfd, RealClock::now())) {
-        stop.escalation = absl::StrCat("did not follow _shutdown within ", half,
-                                       ", so SIGTERM; ");
-      }
-    }
-    signal_running(SIGTERM);
-    if (!wait_all(term_deadline)) {
-      for (Stop& stop : stops) {
-        if (stop.inc->is_process && !stop.was_ended &&
-            !WaitPidfd(stop.inc->pidfd, RealClock::now())) {
-          stop.escalation =
-              absl::StrCat("ignored _shutdown and SIGTERM for ",
-                           FormatDuration(timeout), ", so SIGKILL; ");
-        }
-      }
-      signal_running(SIGKILL);
-      wait_all(RealClock::now() + options_.kill_wait);
-    }
+  if (wait_all(ask_deadline)) return;
+  for (ChildStop& stop : stops) {
+    if (!stop.process_running()) continue;
+    stop.escalation =
+        absl::StrCat("did not follow _shutdown within ",
+                     FormatDuration(timeout / 2), ", so SIGTERM; ");
+    absl::MutexLock lock(&stop.inc->process_mu);
+    stop.inc->process->BeginStop(term_deadline);
   }
+  if (wait_all(term_deadline)) return;
+  for (ChildStop& stop : stops) {
+    if (!stop.process_running()) continue;
+    stop.escalation = absl::StrCat("ignored _shutdown and SIGTERM for ",
+                                   FormatDuration(timeout), ", so SIGKILL; ");
+    absl::MutexLock lock(&stop.inc->process_mu);
+    stop.inc->process->Kill();
+  }
+  wait_all(RealClock::now() + options_.kill_wait);
+}
 
-  std::vector<std::string> detached;
-  for (Stop& stop : stops) {
+void Supervisor::CollectStops(std::vector<ChildStop>& stops,
+                              RealClock::time_point thread_deadline) {
+  for (ChildStop& stop : stops) {
     Incarnation& inc = *stop.inc;
     if (inc.is_process) {
-      std::lock_guard<std::mutex> lock(inc.process_mu);
+      absl::MutexLock lock(&inc.process_mu);
       stop.exit_status = inc.process->Poll();
       // Descendants left in its group go too.
       (void)inc.process->Signal(SIGKILL, /*group=*/true);
       continue;
     }
     if (!inc.thread.joinable()) continue;
-    if (inc.thread_channel->WaitExited(term_deadline)) {
+    if (inc.thread_channel->WaitExited(thread_deadline)) {
       inc.thread.join();
     } else {
       inc.thread.detach();
       stop.detached = true;
     }
   }
+}
 
-  std::lock_guard<std::mutex> lock(mu_);
-  for (Stop& stop : stops) {
+absl::Status Supervisor::RecordStops(std::vector<ChildStop>& stops,
+                                     const std::string& reason,
+                                     Duration timeout) {
+  std::vector<std::string> detached;
+  absl::MutexLock lock(&mu_);
+  for (ChildStop& stop : stops) {
     Incarnation& inc = *stop.inc;
     if (stop.was_ended) continue;
     std::string how = reason;
@@ -780,20 +748,18 @@ absl::Status Supervisor::StopChildren(const std::vector<Child*>& children,
     }
     EndIncarnationLocked(*stop.child, inc, how, clean);
   }
-  if (!detached.empty()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("supervisor: ", absl::StrJoin(detached, ", "),
-                     " did not stop within ", FormatDuration(timeout), " and ",
-                     detached.size() == 1 ? "was" : "were", " detached"));
-  }
-  return absl::OkStatus();
+  if (detached.empty()) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("supervisor: ", absl::StrJoin(detached, ", "),
+                   " did not stop within ", FormatDuration(timeout), " and ",
+                   detached.size() == 1 ? "was" : "were", " detached"));
 }
 
 absl::Status Supervisor::Restart(int proc_id, std::optional<Duration> timeout) {
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  absl::MutexLock lifecycle(&lifecycle_mu_);
   Child* child;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (absl::Status status = CheckProcId(proc_id); !status.ok()) return status;
     if (!running_) {
       return absl::FailedPreconditionError(
@@ -804,7 +770,7 @@ absl::Status Supervisor::Restart(int proc_id, std::optional<Duration> timeout) {
   absl::Status stopped = StopChildren(
       {child}, timeout.value_or(options_.stop_timeout), "was restarted");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ++child->restarts;
     ++stats_.restarts;
   }
@@ -813,23 +779,24 @@ absl::Status Supervisor::Restart(int proc_id, std::optional<Duration> timeout) {
 }
 
 absl::Status Supervisor::Shutdown(std::optional<Duration> timeout) {
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  absl::MutexLock lifecycle(&lifecycle_mu_);
   std::vector<Child*> children;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!running_) return absl::OkStatus();
     running_ = false;
     for (auto& child : children_) children.push_back(child.get());
   }
   absl::Status status = StopChildren(
       children, timeout.value_or(options_.stop_timeout), "was shut down");
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   // As the original: what nobody waits for goes. A RecvAll still waiting keeps
   // its results.
   ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
-                              [this](const RecvPayload& result) {
-                                return claimed_.count(result.req_id) == 0;
-                              }),
+                              [this](const RecvPayload& result)
+                                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                    return claimed_.count(result.req_id) == 0;
+                                  }),
                ready_.end());
   return status;
 }
@@ -973,7 +940,7 @@ absl::Status Supervisor::SendLocked(SendPayload& payload,
 absl::Status Supervisor::Send(SendPayload& payload) {
   std::shared_ptr<Incarnation> inc;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     absl::Status status = SendLocked(payload, &inc);
     if (!status.ok() || inc == nullptr) return status;
   }
@@ -989,7 +956,7 @@ absl::Status Supervisor::Send(SendPayload& payload) {
   absl::Status status;
   bool broken;
   {
-    std::lock_guard<std::mutex> write_lock(inc->write_mu);
+    absl::MutexLock write_lock(&inc->write_mu);
     inc->request.set_req_id(payload.req_id);
     inc->request.set_method(payload.method);
     *inc->request.mutable_args() = payload.args;
@@ -999,35 +966,36 @@ absl::Status Supervisor::Send(SendPayload& payload) {
   }
   if (status.ok()) return absl::OkStatus();
 
-  std::unique_lock<std::mutex> lock(mu_);
-  Child& child = *children_[payload.proc_id];
-  if (absl::IsDeadlineExceeded(status) && !broken) {
-    // Nothing was written: the stream is intact and the caller may retry.
-    auto it = pending_.find(payload.req_id);
-    if (it == pending_.end() || it->second.generation != inc->generation) {
-      return absl::OkStatus();  // it already has a result (the child ended)
+  {
+    absl::MutexLock lock(&mu_);
+    Child& child = *children_[payload.proc_id];
+    if (absl::IsDeadlineExceeded(status) && !broken) {
+      // Nothing was written: the stream is intact and the caller may retry.
+      auto it = pending_.find(payload.req_id);
+      if (it == pending_.end() || it->second.generation != inc->generation) {
+        return absl::OkStatus();  // it already has a result (the child ended)
+      }
+      pending_.erase(it);
+      return absl::DeadlineExceededError(
+          absl::StrCat(LabelLocked(child), ": its channel did not accept req '",
+                       payload.req_id, "' (", payload.method, ") within ",
+                       FormatDuration(options_.send_timeout),
+                       " (the child is not reading); it was not sent"));
     }
-    pending_.erase(it);
-    return absl::DeadlineExceededError(
-        absl::StrCat(LabelLocked(child), ": its channel did not accept req '",
-                     payload.req_id, "' (", payload.method, ") within ",
-                     FormatDuration(options_.send_timeout),
-                     " (the child is not reading); it was not sent"));
+    if (absl::IsUnavailable(status)) {
+      // The child closed its end: it is ending, and the request completes
+      // with CHILD_EXITED once that is noticed.
+      return absl::OkStatus();
+    }
+    // Cut short mid-frame, or an unexpected error: the child would misread
+    // the stream, so it goes, and the request completes with CHILD_EXITED.
+    if (inc->kill_reason.empty() && inc->stop_reason.empty()) {
+      inc->kill_reason = absl::StrCat(
+          "was killed by the supervisor: sending req '", payload.req_id,
+          "' failed mid-frame (", status.message(), ")");
+    }
   }
-  if (absl::IsUnavailable(status)) {
-    // The child closed its end: it is ending, and the request completes with
-    // CHILD_EXITED once that is noticed.
-    return absl::OkStatus();
-  }
-  // Cut short mid-frame, or an unexpected error: the child would misread the
-  // stream, so it goes, and the request completes with CHILD_EXITED.
-  if (inc->kill_reason.empty() && inc->stop_reason.empty()) {
-    inc->kill_reason = absl::StrCat(
-        "was killed by the supervisor: sending req '", payload.req_id,
-        "' failed mid-frame (", status.message(), ")");
-  }
-  lock.unlock();
-  std::lock_guard<std::mutex> process_lock(inc->process_mu);
+  absl::MutexLock process_lock(&inc->process_mu);
   (void)inc->process->Signal(SIGKILL, /*group=*/true);
   return absl::OkStatus();
 }
@@ -1036,8 +1004,7 @@ absl::Status Supervisor::Send(SendPayload& payload) {
 // Reading the channels.
 
 template <typename Predicate>
-bool Supervisor::WaitLocked(std::unique_lock<std::mutex>& lock,
-                            TimePoint deadline, Predicate done) {
+bool Supervisor::WaitLocked(TimePoint deadline, Predicate done) {
   for (;;) {
     if (done()) return true;
     if (Now() >= deadline) return false;
@@ -1046,15 +1013,16 @@ bool Supervisor::WaitLocked(std::unique_lock<std::mutex>& lock,
       // Read under mu_, so a result completed after `done` was checked
       // counts as news for PollOnce.
       const uint64_t seen = waker_->seq();
-      lock.unlock();
+      mu_.Unlock();
       PollOnce(deadline, seen);
-      lock.lock();
+      mu_.Lock();
       reading_ = false;
       // Another waiter may need to take the reader role over.
-      if (waiters_ > 0) cv_.notify_all();
+      if (waiters_ > 0) cv_.SignalAll();
     } else {
       ++waiters_;
-      cv_.wait_until(lock, RealDeadline(deadline));
+      cv_.WaitWithDeadline(&mu_,
+                           absl::FromChrono(ToSystem(RealDeadline(deadline))));
       --waiters_;
     }
   }
@@ -1063,20 +1031,20 @@ bool Supervisor::WaitLocked(std::unique_lock<std::mutex>& lock,
 void Supervisor::PollNow() {
   uint64_t seen;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (reading_) return;  // the reader keeps everything current
     reading_ = true;
     seen = waker_->seq();
   }
   PollOnce(Now(), seen);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   reading_ = false;
-  if (waiters_ > 0) cv_.notify_all();
+  if (waiters_ > 0) cv_.SignalAll();
 }
 
 void Supervisor::RebuildPollTargets() {
   std::vector<PollTarget> old;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (poll_targets_version_ == poll_version_) return;
   old.swap(poll_targets_);  // released after the lock
   for (auto& child : children_) {
@@ -1191,11 +1159,19 @@ void Supervisor::ReadProcessChannel(PollTarget& target) {
   }
   if (count == 0 && error.ok()) return;
 
-  std::unique_lock<std::mutex> lock(mu_);
+  if (!DispatchFrames(target, count, error)) return;
+  absl::MutexLock process_lock(&inc.process_mu);
+  (void)inc.process->Signal(SIGKILL, /*group=*/true);
+}
+
+bool Supervisor::DispatchFrames(PollTarget& target, size_t count,
+                                const absl::Status& error) {
+  Incarnation& inc = *target.incarnation;
+  absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < count; ++i) {
     DispatchLocked(*target.child, inc, frames_[i]);
   }
-  if (error.ok()) return;
+  if (error.ok()) return false;
   inc.channel_closed = true;
   const std::string label = LabelLocked(*target.child);
   if (inc.channel->peer_closed()) {
@@ -1211,18 +1187,16 @@ void Supervisor::ReadProcessChannel(PollTarget& target) {
         absl::StrCat("was killed by the supervisor: its channel failed (",
                      error.message(), ")");
   }
-  if (!inc.stop_reason.empty()) return;
+  if (!inc.stop_reason.empty()) return false;
   // A child without its channel cannot serve. One that is exiting closes its
   // fds a moment before it can be reaped, so it gets a short grace (enforced
   // by PollOnce, which keeps reading the others meanwhile); a broken channel
   // means the child goes now. Either way it is recorded once reaped.
   if (inc.kill_reason.empty()) {
     inc.exit_grace_end = RealClock::now() + kExitGrace;
-    return;
+    return false;
   }
-  lock.unlock();
-  std::lock_guard<std::mutex> process_lock(inc.process_mu);
-  (void)inc.process->Signal(SIGKILL, /*group=*/true);
+  return true;
 }
 
 void Supervisor::KillIfGraceOver(PollTarget& target) {
@@ -1233,14 +1207,14 @@ void Supervisor::KillIfGraceOver(PollTarget& target) {
   }
   inc.exit_grace_end.reset();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!inc.stop_reason.empty()) return;  // a stop takes care of it
     inc.kill_reason = absl::StrCat(
         "was killed by the supervisor: it closed its channel and was still "
         "running ",
         FormatDuration(kExitGrace), " later");
   }
-  std::lock_guard<std::mutex> process_lock(inc.process_mu);
+  absl::MutexLock process_lock(&inc.process_mu);
   (void)inc.process->Signal(SIGKILL, /*group=*/true);
 }
 
@@ -1248,13 +1222,13 @@ void Supervisor::ReapProcess(PollTarget& target) {
   Incarnation& inc = *target.incarnation;
   std::optional<ExitStatus> status;
   {
-    std::lock_guard<std::mutex> process_lock(inc.process_mu);
+    absl::MutexLock process_lock(&inc.process_mu);
     status = inc.process->Poll();
     if (status.has_value()) (void)inc.process->Signal(SIGKILL, /*group=*/true);
   }
   if (!status.has_value()) return;
   inc.reaped = true;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   inc.exit_status = status;
   // A stop under way records the end itself, with what it took.
   if (!inc.stop_reason.empty()) return;
@@ -1272,7 +1246,7 @@ void Supervisor::ReadThreadChannel(PollTarget& target) {
   thread_replies_.clear();
   inc.thread_channel->TakeReplies(thread_replies_);
   if (thread_replies_.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (v1::WorkerReply& reply : thread_replies_) {
     DispatchLocked(*target.child, inc, reply);
   }
@@ -1349,19 +1323,22 @@ absl::StatusOr<RecvPayload> Supervisor::TakeResult(RecvPayload result,
 absl::StatusOr<RecvPayload> Supervisor::Recv(bool ignore_err,
                                              std::optional<Duration> timeout) {
   const TimePoint deadline = DeadlineAfter(timeout);
-  std::unique_lock<std::mutex> lock(mu_);
-  auto next = [this] {
+  absl::ReleasableMutexLock lock(&mu_);
+  auto next = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (claimed_.empty()) return ready_.begin();
     return std::find_if(ready_.begin(), ready_.end(),
-                        [this](const RecvPayload& result) {
-                          return claimed_.count(result.req_id) == 0;
-                        });
+                        [this](const RecvPayload& result)
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                              return claimed_.count(result.req_id) == 0;
+                            });
   };
   if (!running_ && next() == ready_.end()) {
     return absl::FailedPreconditionError(
         "supervisor: Recv with nothing to receive and no child running");
   }
-  if (!WaitLocked(lock, deadline, [&] { return next() != ready_.end(); })) {
+  if (!WaitLocked(deadline, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return next() != ready_.end();
+      })) {
     return absl::DeadlineExceededError(
         absl::StrCat("supervisor: Recv: no result within ",
                      FormatDuration(timeout.value_or(options_.default_timeout)),
@@ -1370,14 +1347,14 @@ absl::StatusOr<RecvPayload> Supervisor::Recv(bool ignore_err,
   auto it = next();
   RecvPayload result = std::move(*it);
   ready_.erase(it);
-  lock.unlock();
+  lock.Release();
   return TakeResult(std::move(result), ignore_err);
 }
 
 absl::Status RecvAllHandle::Send(SendPayload& payload) {
   Supervisor& supervisor = *call_->supervisor;
   {
-    std::lock_guard<std::mutex> lock(supervisor.mu_);
+    absl::MutexLock lock(&supervisor.mu_);
     if (payload.req_id.empty()) {
       do {
         payload.req_id = absl::StrCat("#", supervisor.next_req_id_++);
@@ -1394,7 +1371,7 @@ absl::Status RecvAllHandle::Send(SendPayload& payload) {
   }
   absl::Status status = supervisor.Send(payload);
   if (!status.ok()) {
-    std::lock_guard<std::mutex> lock(supervisor.mu_);
+    absl::MutexLock lock(&supervisor.mu_);
     call_->wanted.erase(payload.req_id);
     supervisor.claimed_.erase(payload.req_id);
   }
@@ -1403,7 +1380,7 @@ absl::Status RecvAllHandle::Send(SendPayload& payload) {
 
 absl::Status RecvAllHandle::Add(const SendPayload& payload) {
   Supervisor& supervisor = *call_->supervisor;
-  std::lock_guard<std::mutex> lock(supervisor.mu_);
+  absl::MutexLock lock(&supervisor.mu_);
   if (payload.req_id.empty()) {
     return absl::InvalidArgumentError(
         "supervisor: RecvAll can only wait for a request with a req_id");
@@ -1420,9 +1397,17 @@ absl::Status RecvAllHandle::Add(const SendPayload& payload) {
 }
 
 size_t RecvAllHandle::remaining() const {
-  std::lock_guard<std::mutex> lock(call_->supervisor->mu_);
+  absl::MutexLock lock(&call_->supervisor->mu_);
   return call_->wanted.size();
 }
+
+// What one RecvAll is collecting: results by payload, and each round's
+// arrivals with what was awaited.
+struct Supervisor::RecvAllState {
+  RecvAllHandle::Call call;
+  std::vector<std::optional<RecvPayload>> results;
+  std::vector<std::pair<RecvPayload, RecvAllHandle::Call::Wanted>> arrived;
+};
 
 absl::StatusOr<std::vector<RecvPayload>> Supervisor::RecvAll(
     const std::vector<SendPayload>& payloads, bool ignore_err,
@@ -1431,14 +1416,50 @@ absl::StatusOr<std::vector<RecvPayload>> Supervisor::RecvAll(
     return absl::InvalidArgumentError("supervisor: RecvAll of no requests");
   }
   const TimePoint deadline = DeadlineAfter(timeout);
-  RecvAllHandle::Call call;
-  call.supervisor = this;
-  RecvAllHandle handle(&call);
-  std::vector<std::optional<RecvPayload>> results(payloads.size());
-  // This round's arrivals, with what was awaited.
-  std::vector<std::pair<RecvPayload, RecvAllHandle::Call::Wanted>> arrived;
+  const std::string within =
+      FormatDuration(timeout.value_or(options_.default_timeout));
+  RecvAllState state;
+  state.call.supervisor = this;
+  state.results.resize(payloads.size());
+  RecvAllHandle handle(&state.call);
 
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
+  if (absl::Status claimed = ClaimLocked(payloads, state.call); !claimed.ok()) {
+    return claimed;
+  }
+  auto has_arrival = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const RecvPayload& result : ready_) {
+      if (state.call.wanted.count(result.req_id) != 0) return true;
+    }
+    return false;
+  };
+  while (!state.call.wanted.empty()) {
+    state.arrived.clear();
+    if (WaitLocked(deadline, has_arrival)) {
+      TakeArrivalsLocked(state);
+    } else if (!ignore_err) {
+      const absl::Status status = TimeoutLocked(state, payloads.size(), within);
+      GiveBackLocked(state, 0);
+      return status;
+    } else {
+      TimeOutAwaitedLocked(state, within);
+    }
+    // The callback runs without the lock: it may send more requests.
+    mu_.Unlock();
+    const absl::Status delivered = Deliver(state, ignore_err, callback, handle);
+    mu_.Lock();
+    if (!delivered.ok()) return delivered;
+  }
+  std::vector<RecvPayload> ordered;
+  ordered.reserve(state.results.size());
+  for (std::optional<RecvPayload>& result : state.results) {
+    ordered.push_back(std::move(*result));
+  }
+  return ordered;
+}
+
+absl::Status Supervisor::ClaimLocked(const std::vector<SendPayload>& payloads,
+                                     RecvAllHandle::Call& call) {
   for (size_t i = 0; i < payloads.size(); ++i) {
     const SendPayload& payload = payloads[i];
     absl::Status invalid;
@@ -1461,117 +1482,107 @@ absl::StatusOr<std::vector<RecvPayload>> Supervisor::RecvAll(
     }
     claimed_.insert(payload.req_id);
   }
+  return absl::OkStatus();
+}
 
-  // Ends the call early: every result this call took goes back for Recv,
-  // and nothing stays claimed.
-  auto give_back = [&](size_t from) {
-    for (size_t k = arrived.size(); k > from; --k) {
-      ready_.push_front(std::move(arrived[k - 1].first));
+void Supervisor::TakeArrivalsLocked(RecvAllState& state) {
+  auto& wanted_by_id = state.call.wanted;
+  for (auto it = ready_.begin(); it != ready_.end();) {
+    auto wanted = wanted_by_id.find(it->req_id);
+    if (wanted == wanted_by_id.end()) {
+      ++it;
+      continue;
     }
-    for (size_t i = results.size(); i > 0; --i) {
-      if (results[i - 1].has_value()) {
-        ready_.push_front(std::move(*results[i - 1]));
-      }
-    }
-    for (const auto& [req_id, wanted] : call.wanted) claimed_.erase(req_id);
-    call.wanted.clear();
-    NotifyLocked();
-  };
-  auto has_arrival = [&] {
-    for (const RecvPayload& result : ready_) {
-      if (call.wanted.count(result.req_id) != 0) return true;
-    }
-    return false;
-  };
+    state.arrived.emplace_back(std::move(*it), std::move(wanted->second));
+    claimed_.erase(wanted->first);
+    wanted_by_id.erase(wanted);
+    it = ready_.erase(it);
+  }
+}
 
-  while (!call.wanted.empty()) {
-    arrived.clear();
-    if (WaitLocked(lock, deadline, has_arrival)) {
-      for (auto it = ready_.begin(); it != ready_.end();) {
-        auto wanted = call.wanted.find(it->req_id);
-        if (wanted == call.wanted.end()) {
-          ++it;
-          continue;
-        }
-        arrived.emplace_back(std::move(*it), std::move(wanted->second));
-        claimed_.erase(wanted->first);
-        call.wanted.erase(wanted);
-        it = ready_.erase(it);
-      }
-    } else if (!ignore_err) {
-      std::vector<std::string> listed;
-      for (const auto& [req_id, wanted] : call.wanted) {
-        if (listed.size() == kListedRequests) {
-          listed.push_back("...");
-          break;
-        }
-        listed.push_back(absl::StrCat("'", req_id, "' (child ", wanted.proc_id,
-                                      ", ", wanted.method, ")"));
-      }
-      const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
-          "supervisor: RecvAll: no reply within ",
-          FormatDuration(timeout.value_or(options_.default_timeout)),
-          " (the call's total timeout) to ", call.wanted.size(), " of ",
-          payloads.size(), " request(s): ", absl::StrJoin(listed, ", ")));
-      give_back(0);
+absl::Status Supervisor::TimeoutLocked(const RecvAllState& state,
+                                       size_t payloads,
+                                       const std::string& within) const {
+  std::vector<std::string> listed;
+  for (const auto& [req_id, wanted] : state.call.wanted) {
+    if (listed.size() == kListedRequests) {
+      listed.push_back("...");
+      break;
+    }
+    listed.push_back(absl::StrCat("'", req_id, "' (child ", wanted.proc_id,
+                                  ", ", wanted.method, ")"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "supervisor: RecvAll: no reply within ", within,
+      " (the call's total timeout) to ", state.call.wanted.size(), " of ",
+      payloads, " request(s): ", absl::StrJoin(listed, ", ")));
+}
+
+void Supervisor::TimeOutAwaitedLocked(RecvAllState& state,
+                                      const std::string& within) {
+  // Every request still awaited times out now; its late reply, if any, is
+  // dropped (each request has exactly one result).
+  for (auto& [req_id, wanted] : state.call.wanted) {
+    RecvPayload result;
+    result.proc_id = wanted.proc_id;
+    result.req_id = req_id;
+    result.method = wanted.method;
+    result.error.emplace();
+    result.error->set_kind(v1::WorkerError::KIND_TIMEOUT);
+    std::string label = absl::StrCat("child ", wanted.proc_id);
+    if (CheckProcId(wanted.proc_id).ok()) {
+      label = LabelLocked(*children_[wanted.proc_id]);
+    }
+    result.error->set_message(
+        absl::StrCat(label, ": no reply to req '", req_id, "' (", wanted.method,
+                     ") within ", within, " (the call's total timeout)"));
+    auto pending = pending_.find(req_id);
+    if (pending != pending_.end() &&
+        pending->second.proc_id == wanted.proc_id) {
+      pending_.erase(pending);
+    }
+    claimed_.erase(req_id);
+    state.arrived.emplace_back(std::move(result), std::move(wanted));
+  }
+  state.call.wanted.clear();
+}
+
+absl::Status Supervisor::Deliver(RecvAllState& state, bool ignore_err,
+                                 const RecvAllCallback& callback,
+                                 RecvAllHandle& handle) {
+  for (size_t k = 0; k < state.arrived.size(); ++k) {
+    RecvPayload& result = state.arrived[k].first;
+    if (result.error.has_value() && !ignore_err) {
+      const absl::Status status = WorkerErrorToStatus(*result.error);
+      absl::MutexLock lock(&mu_);
+      GiveBackLocked(state, k + 1);
       return status;
-    } else {
-      // Every request still awaited times out now; its late reply, if any,
-      // is dropped (each request has exactly one result).
-      const std::string within =
-          FormatDuration(timeout.value_or(options_.default_timeout));
-      for (auto& [req_id, wanted] : call.wanted) {
-        RecvPayload result;
-        result.proc_id = wanted.proc_id;
-        result.req_id = req_id;
-        result.method = wanted.method;
-        result.error.emplace();
-        result.error->set_kind(v1::WorkerError::KIND_TIMEOUT);
-        std::string label = absl::StrCat("child ", wanted.proc_id);
-        if (CheckProcId(wanted.proc_id).ok()) {
-          label = LabelLocked(*children_[wanted.proc_id]);
-        }
-        result.error->set_message(absl::StrCat(
-            label, ": no reply to req '", req_id, "' (", wanted.method,
-            ") within ", within, " (the call's total timeout)"));
-        auto pending = pending_.find(req_id);
-        if (pending != pending_.end() &&
-            pending->second.proc_id == wanted.proc_id) {
-          pending_.erase(pending);
-        }
-        claimed_.erase(req_id);
-        arrived.emplace_back(std::move(result), std::move(wanted));
-      }
-      call.wanted.clear();
     }
-    lock.unlock();
-
-    for (size_t k = 0; k < arrived.size(); ++k) {
-      RecvPayload& result = arrived[k].first;
-      if (result.error.has_value() && !ignore_err) {
-        const absl::Status status = WorkerErrorToStatus(*result.error);
-        lock.lock();
-        give_back(k + 1);
-        return status;
-      }
-      const int index = arrived[k].second.index;
-      const RecvPayload* seen = &result;
-      if (index >= 0) {
-        results[index] = std::move(result);
-        seen = &*results[index];
-      }
-      if (callback) callback(*seen, handle);
+    const int index = state.arrived[k].second.index;
+    const RecvPayload* seen = &result;
+    if (index >= 0) {
+      state.results[index] = std::move(result);
+      seen = &*state.results[index];
     }
-    lock.lock();
+    if (callback) callback(*seen, handle);
   }
-  lock.unlock();
+  return absl::OkStatus();
+}
 
-  std::vector<RecvPayload> ordered;
-  ordered.reserve(results.size());
-  for (std::optional<RecvPayload>& result : results) {
-    ordered.push_back(std::move(*result));
+void Supervisor::GiveBackLocked(RecvAllState& state, size_t from) {
+  // Ends the call early: every result it took goes back for Recv, and nothing
+  // stays claimed.
+  for (size_t k = state.arrived.size(); k > from; --k) {
+    ready_.push_front(std::move(state.arrived[k - 1].first));
   }
-  return ordered;
+  for (size_t i = state.results.size(); i > 0; --i) {
+    if (state.results[i - 1].has_value()) {
+      ready_.push_front(std::move(*state.results[i - 1]));
+    }
+  }
+  for (const auto& [req_id, wanted] : state.call.wanted) claimed_.erase(req_id);
+  state.call.wanted.clear();
+  NotifyLocked();
 }
 
 absl::StatusOr<WorkerValue> Supervisor::GetAttr(
@@ -1621,27 +1632,27 @@ absl::StatusOr<std::vector<WorkerValue>> Supervisor::GetAttrAll(
 
 absl::StatusOr<ChildStatus> Supervisor::GetChildStatus(int proc_id) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (absl::Status status = CheckProcId(proc_id); !status.ok()) return status;
   }
   PollNow();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return StatusLocked(*children_[proc_id]);
 }
 
 absl::Status Supervisor::WaitRunning(int proc_id,
                                      std::optional<Duration> timeout) {
   const TimePoint deadline = DeadlineAfter(timeout);
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status status = CheckProcId(proc_id); !status.ok()) return status;
   const Child& child = *children_[proc_id];
-  auto settled = [&child] {
+  auto settled = [&child]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return child.state == ChildState::kRunning ||
            child.state == ChildState::kExited ||
            child.state == ChildState::kFailed ||
            child.state == ChildState::kRegistered;
   };
-  if (!WaitLocked(lock, deadline, settled)) {
+  if (!WaitLocked(deadline, settled)) {
     return absl::DeadlineExceededError(
         absl::StrCat(LabelLocked(child), ": not running within ",
                      FormatDuration(timeout.value_or(options_.default_timeout)),
@@ -1658,15 +1669,15 @@ absl::Status Supervisor::WaitRunning(int proc_id,
 absl::StatusOr<ChildStatus> Supervisor::WaitExited(
     int proc_id, std::optional<Duration> timeout) {
   const TimePoint deadline = DeadlineAfter(timeout);
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (absl::Status status = CheckProcId(proc_id); !status.ok()) return status;
   const Child& child = *children_[proc_id];
-  auto ended = [&child] {
+  auto ended = [&child]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return child.state == ChildState::kExited ||
            child.state == ChildState::kFailed ||
            child.state == ChildState::kRegistered;
   };
-  if (!WaitLocked(lock, deadline, ended)) {
+  if (!WaitLocked(deadline, ended)) {
     return absl::DeadlineExceededError(absl::StrCat(
         LabelLocked(child), ": still ", ChildStateName(child.state), " after ",
         FormatDuration(timeout.value_or(options_.default_timeout))));
@@ -1675,7 +1686,7 @@ absl::StatusOr<ChildStatus> Supervisor::WaitExited(
 }
 
 SupervisorStats Supervisor::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return stats_;
 }
 

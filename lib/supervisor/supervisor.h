@@ -20,9 +20,8 @@
 // hands results to the others through the supervisor's mutex and condition
 // variable. Waiters spin briefly (SupervisorOptions::spin) before blocking.
 // Exits are noticed (and processes reaped) when some call reads: any Recv,
-// RecvAll, Wait* or GetChildStatus. Processes are forked from one long-lived
-// thread of the supervisor, because PR_SET_PDEATHSIG ties a child to the
-// thread that forked it.
+// RecvAll, Wait* or GetChildStatus. Processes are Subprocesses (lib/process):
+// forked by the process's spawner thread, stopped by its escalation.
 //
 // Requests and results (worker.proto): a request names a registered method,
 // or "_getattr"; each request yields exactly one result, either the child's
@@ -44,12 +43,10 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -62,6 +59,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "lib/base/clock.h"
 #include "lib/process/subprocess.h"
 #include "lib/supervisor/worker_channel.h"
 #include "lib/supervisor/worker_runtime.h"
@@ -71,7 +70,7 @@ namespace aggregator {
 
 namespace supervisor_internal {
 struct Incarnation;
-class Spawner;
+class ThreadChannel;
 class Waker;
 }  // namespace supervisor_internal
 
@@ -162,14 +161,11 @@ class RecvAllHandle {
 using RecvAllCallback =
     std::function<void(const RecvPayload& result, RecvAllHandle& handle)>;
 
-// Returns the time deadlines are measured on. Waits block in real time for at
-// most the time this clock says is left, so a clock that jumps ahead is
-// noticed at the next wake-up (a reply, or the end of that wait).
-using SupervisorClock = std::function<std::chrono::steady_clock::time_point()>;
-
 struct SupervisorOptions {
-  // Empty: steady_clock.
-  SupervisorClock clock = [] { return std::chrono::steady_clock::now(); };
+  // The time call deadlines are measured on (lib/base/clock.h); not owned,
+  // must outlive the supervisor. nullptr: SteadyClock(). A fake clock that
+  // jumps past a deadline wakes the waiting call at once.
+  Clock* clock = nullptr;
   // The timeout of Recv, RecvAll, GetAttr and the Wait calls when given none.
   std::chrono::nanoseconds default_timeout = std::chrono::seconds(60);
   // How long a child's channel may refuse a request before Send gives up.
@@ -297,24 +293,22 @@ class Supervisor {
     std::shared_ptr<supervisor_internal::Incarnation> incarnation;
   };
 
-  TimePoint Now() const { return options_.clock(); }
+  TimePoint Now() const { return clock_->Now(); }
   TimePoint DeadlineAfter(std::optional<Duration> timeout) const;
-  // Real steady_clock time for a deadline on options_.clock.
+  // Real steady_clock time for a deadline on clock_.
   std::chrono::steady_clock::time_point RealDeadline(TimePoint deadline) const;
 
   absl::Status SendLocked(
       SendPayload& payload,
       std::shared_ptr<supervisor_internal::Incarnation>* incarnation)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WriteRequest(supervisor_internal::Incarnation& incarnation,
-                    const SendPayload& payload);
 
   // Waits until `done` holds (checked with mu_ held) or `deadline` passes,
-  // reading the channels itself when no other thread does. Returns whether
-  // `done` holds.
+  // reading the channels itself when no other thread does (releasing mu_
+  // meanwhile). Returns whether `done` holds.
   template <typename Predicate>
-  bool WaitLocked(std::unique_lock<std::mutex>& lock, TimePoint deadline,
-                  Predicate done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool WaitLocked(TimePoint deadline, Predicate done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One round of reading: waits (spinning first) until any channel has
   // something, the waker moved past `seen`, or `deadline`; then handles it
   // all. Called only by the thread holding the reader role (reading_).
@@ -323,6 +317,10 @@ class Supervisor {
   void PollNow() ABSL_LOCKS_EXCLUDED(mu_);
   void RebuildPollTargets() ABSL_LOCKS_EXCLUDED(mu_);
   void ReadProcessChannel(PollTarget& target) ABSL_LOCKS_EXCLUDED(mu_);
+  // Dispatches the `count` frames read; `error` ended the reading. True when
+  // the child must be killed for a broken channel.
+  bool DispatchFrames(PollTarget& target, size_t count,
+                      const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
   void ReapProcess(PollTarget& target) ABSL_LOCKS_EXCLUDED(mu_);
   // Kills a process that closed its channel and outlived its exit grace.
   void KillIfGraceOver(PollTarget& target) ABSL_LOCKS_EXCLUDED(mu_);
@@ -356,26 +354,81 @@ class Supervisor {
 
   // Starts a new incarnation of `child`. Called with lifecycle_mu_ held.
   absl::Status StartChild(Child& child) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status StartProcess(const ProcessChildSpec& spec,
+                            supervisor_internal::Incarnation& inc);
+  absl::Status StartThread(const ThreadChildSpec& spec,
+                           supervisor_internal::Incarnation& inc);
+  // The body of a thread child: init, then serve until stopped.
+  static void ServeThread(
+      std::shared_ptr<supervisor_internal::ThreadChannel> channel,
+      const WorkerInit& init);
+  // Makes `inc` the child's current start, or records why it failed.
+  absl::Status InstallIncarnation(
+      Child& child, std::shared_ptr<supervisor_internal::Incarnation> inc,
+      const absl::Status& started) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Stops the given children's incarnations within `timeout`; each gets
-  // `reason` ("was restarted"). Called with lifecycle_mu_ held.
+  // `reason` ("was restarted"). Called with lifecycle_mu_ held. The steps:
+  // mark them stopping, ask ("_shutdown"), escalate (SIGTERM, SIGKILL),
+  // collect exits and threads, record how each ended.
+  struct ChildStop;
   absl::Status StopChildren(const std::vector<Child*>& children,
                             Duration timeout, const std::string& reason)
       ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<ChildStop> BeginStops(const std::vector<Child*>& children,
+                                    const std::string& reason)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void AskToStop(std::vector<ChildStop>& stops);
+  void EscalateStops(std::vector<ChildStop>& stops,
+                     std::chrono::steady_clock::time_point start,
+                     Duration timeout);
+  void CollectStops(std::vector<ChildStop>& stops,
+                    std::chrono::steady_clock::time_point thread_deadline);
+  absl::Status RecordStops(std::vector<ChildStop>& stops,
+                           const std::string& reason, Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // RecvAll's steps.
+  struct RecvAllState;
+  // Checks and claims the payloads' req_ids for this call.
+  absl::Status ClaimLocked(const std::vector<SendPayload>& payloads,
+                           RecvAllHandle::Call& call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the awaited results that are ready into state.arrived.
+  void TakeArrivalsLocked(RecvAllState& state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DEADLINE_EXCEEDED naming the requests still awaited.
+  absl::Status TimeoutLocked(const RecvAllState& state, size_t payloads,
+                             const std::string& within) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives every request still awaited a TIMEOUT result.
+  void TimeOutAwaitedLocked(RecvAllState& state, const std::string& within)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files this round's arrivals and shows them to the callback; without
+  // ignore_err the first failure ends the call (its error is returned).
+  absl::Status Deliver(RecvAllState& state, bool ignore_err,
+                       const RecvAllCallback& callback, RecvAllHandle& handle)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the call early: results taken go back for Recv (those of arrivals
+  // from `from` on, and every filed one), nothing stays claimed.
+  void GiveBackLocked(RecvAllState& state, size_t from)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Status CheckProcId(int proc_id) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<RecvPayload> TakeResult(RecvPayload result, bool ignore_err);
 
   const SupervisorOptions options_;
+  Clock* const clock_;
   std::shared_ptr<supervisor_internal::Waker> waker_;
-  std::unique_ptr<supervisor_internal::Spawner> spawner_;
+  int clock_token_ = 0;  // our waker on clock_
 
   // Serializes StartLink, Shutdown and Restart (never held while waiting for
   // a result, only while children start and stop).
-  std::mutex lifecycle_mu_;
+  absl::Mutex lifecycle_mu_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // with mu_: results arrived, or reading_ freed
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // with mu_: results arrived, or reading_ freed
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, PendingRequest> pending_ ABSL_GUARDED_BY(mu_);

@@ -133,18 +133,17 @@ void WorkerObject::Handle(const v1::WorkerRequest& request,
 }
 
 void WorkerObject::RequestStop() {
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stop_requested_.store(true, std::memory_order_release);
-  }
-  stop_cv_.notify_all();
+  absl::MutexLock lock(&stop_mu_);
+  stop_requested_.store(true, std::memory_order_release);
 }
 
 bool WorkerObject::SleepFor(std::chrono::nanoseconds duration) {
-  std::unique_lock<std::mutex> lock(stop_mu_);
-  return !stop_cv_.wait_for(lock, duration, [this] {
+  absl::MutexLock lock(&stop_mu_);
+  auto stop = [this] {
     return stop_requested_.load(std::memory_order_acquire);
-  });
+  };
+  return !stop_mu_.AwaitWithTimeout(absl::Condition(&stop),
+                                    absl::FromChrono(duration));
 }
 
 absl::StatusOr<std::unique_ptr<WorkerObject>> RunWorkerInit(

@@ -16,16 +16,15 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/supervisor/worker_channel.h"
 #include "proto/worker.pb.h"
 
@@ -92,8 +91,7 @@ class WorkerObject {
   std::map<std::string, std::function<WorkerValue()>, std::less<>> attrs_;
 
   std::atomic<bool> stop_requested_{false};
-  std::mutex stop_mu_;  // with stop_cv_, wakes SleepFor() on RequestStop()
-  std::condition_variable stop_cv_;
+  absl::Mutex stop_mu_;  // wakes SleepFor() on RequestStop()
 };
 
 // Creates a child's object; an error (or an exception) is the child's init

@@ -3,15 +3,11 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
-// glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
-extern "C" {
-#include <sys/pidfd.h>
-}
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -23,9 +19,10 @@ extern "C" {
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "lib/workers/restart_policy.h"
+#include "lib/workers/worker_program.h"
 
 namespace aggregator {
 namespace {
@@ -34,8 +31,6 @@ using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
 using TimePoint = Clock::TimePoint;
 
-// The workspace name in WORKSPACE: the runfiles tree's top directory.
-constexpr char kWorkspaceName[] = "learner_aggregator";
 // A line longer than this is logged in pieces, so a child that never prints a
 // newline cannot grow the daemon's memory.
 constexpr size_t kMaxLineBytes = 16 * 1024;
@@ -57,16 +52,6 @@ std::string FormatMs(std::chrono::nanoseconds duration) {
   const int64_t ms = std::chrono::duration_cast<milliseconds>(duration).count();
   if (ms == 0) return "0s";
   return absl::FormatDuration(absl::Milliseconds(ms));
-}
-
-bool IsDirectory(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
-bool Exists(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0;
 }
 
 bool UsesPort(const WorkerSpec& spec) {
@@ -131,89 +116,6 @@ const char* WorkerStateName(WorkerState state) {
   return "unknown";
 }
 
-std::string ExpandWorkerTemplate(std::string_view text, const WorkerSpec& spec,
-                                 int index) {
-  return absl::StrReplaceAll(absl::string_view(text.data(), text.size()),
-                             {{"{index}", absl::StrCat(index)},
-                              {"{port}", absl::StrCat(spec.port_base + index)},
-                              {"{name}", spec.name}});
-}
-
-std::vector<std::string> FindRunfilesDirs() {
-  std::vector<std::string> dirs;
-  if (const char* runfiles = getenv("RUNFILES_DIR");
-      runfiles != nullptr && runfiles[0] != '\0') {
-    const std::string dir = absl::StrCat(runfiles, "/", kWorkspaceName);
-    if (IsDirectory(dir)) dirs.push_back(dir);
-  }
-  char exe[PATH_MAX];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) {
-    const std::string dir =
-        absl::StrCat(absl::string_view(exe, n), ".runfiles/", kWorkspaceName);
-    if (IsDirectory(dir) &&
-        std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) {
-      dirs.push_back(dir);
-    }
-  }
-  return dirs;
-}
-
-absl::StatusOr<std::string> ResolveWorkerProgram(
-    const std::string& program, const std::string& working_dir,
-    const std::vector<std::string>& runfiles_dirs) {
-  if (program.find('/') == std::string::npos || program[0] == '/') {
-    return program;
-  }
-  const std::string in_working_dir = absl::StrCat(working_dir, "/", program);
-  if (Exists(in_working_dir)) return in_working_dir;
-  for (const std::string& dir : runfiles_dirs) {
-    const std::string in_runfiles = absl::StrCat(dir, "/", program);
-    if (Exists(in_runfiles)) return in_runfiles;
-  }
-  return absl::NotFoundError(
-      absl::StrCat("cannot find the program '", program,
-                   "' in the working directory ", working_dir,
-                   runfiles_dirs.empty()
-                       ? " (and aggregatord has no runfiles directory)"
-                       : absl::StrCat(" or in the runfiles director",
-                                      runfiles_dirs.size() == 1 ? "y " : "ies ",
-                                      absl::StrJoin(runfiles_dirs, ", "))));
-}
-
-absl::StatusOr<SubprocessOptions> ReplicaSubprocessOptions(
-    const WorkerSpec& spec, int index,
-    const std::vector<std::string>& runfiles_dirs) {
-  if (spec.command.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker \"", spec.name, "\" has an empty command"));
-  }
-  SubprocessOptions options;
-  for (const std::string& arg : spec.command) {
-    options.argv.push_back(ExpandWorkerTemplate(arg, spec, index));
-  }
-  for (const auto& [key, value] : spec.env) {
-    options.env.emplace_back(key, ExpandWorkerTemplate(value, spec, index));
-  }
-  if (!spec.cwd.empty()) {
-    options.cwd = ExpandWorkerTemplate(spec.cwd, spec, index);
-  }
-  char working_dir[PATH_MAX];
-  if (getcwd(working_dir, sizeof(working_dir)) == nullptr) {
-    return absl::ErrnoToStatus(
-        errno, "cannot read the daemon's working directory to find '" +
-                   options.argv[0] + "'");
-  }
-  absl::StatusOr<std::string> program =
-      ResolveWorkerProgram(options.argv[0], working_dir, runfiles_dirs);
-  if (!program.ok()) return program.status();
-  options.argv[0] = *std::move(program);
-  options.capture_output = true;
-  options.new_process_group = true;
-  options.die_with_parent = true;
-  return options;
-}
-
 // One replica: its process (if any) and its restart bookkeeping.
 struct WorkerManager::Replica {
   Replica(const std::string& name, int index)
@@ -223,8 +125,7 @@ struct WorkerManager::Replica {
   const std::string label;                 // "<name>-<index>", for logs
   std::shared_ptr<const WorkerSpec> spec;  // what it runs
   WorkerState state = WorkerState::kStarting;
-  std::unique_ptr<Subprocess> process;
-  int pidfd = -1;  // our own, so the manager can poll for the exit
+  std::unique_ptr<Subprocess> process;  // stop escalation: see Subprocess
   bool out_open = false;
   bool err_open = false;
   std::string out_partial;  // output after the last newline
@@ -232,14 +133,13 @@ struct WorkerManager::Replica {
   TimePoint started_at{};
   // STARTING: when it counts as running. BACKOFF: when it restarts.
   TimePoint due{};
-  bool stopping = false;  // SIGTERM sent, waiting for the exit
-  bool killed = false;    // SIGKILL sent too
-  TimePoint kill_at{};
   AfterStop after_stop = AfterStop::kStay;
   int restarts = 0;
-  int failed_starts = 0;  // since the last start that ran min_uptime
-  std::deque<TimePoint> restart_times;  // within restart_window
+  RestartHistory history;
   std::string last_error;
+
+  // SIGTERM sent, waiting for the exit.
+  bool stopping() const { return process != nullptr && process->stopping(); }
 };
 
 struct WorkerManager::Worker {
@@ -251,9 +151,6 @@ struct WorkerManager::Worker {
 WorkerManager::WorkerManager(WorkerManagerOptions options)
     : options_(std::move(options)),
       clock_(&ClockOrSteady(options_.clock)),
-      runfiles_dirs_(options_.runfiles_dirs.has_value()
-                         ? *options_.runfiles_dirs
-                         : FindRunfilesDirs()),
       wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (wake_fd_ < 0) {
     // Without it commands would wait for the idle timeout; say so loudly.
@@ -267,12 +164,19 @@ WorkerManager::WorkerManager(WorkerManagerOptions options)
 WorkerManager::~WorkerManager() {
   milliseconds longest;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     longest = longest_stop_timeout_;
   }
   Shutdown(Steady::now() + longest);
   clock_->RemoveWaker(waker_token_);
   if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+bool WorkerManager::AwaitHandled(uint64_t seq, Steady::time_point deadline) {
+  auto handled = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return handled_seq_ >= seq || done_;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&handled), TimeUntil(deadline));
 }
 
 void WorkerManager::Wake() {
@@ -291,7 +195,7 @@ absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
   for (const WorkerSpec& spec : specs) {
     longest = std::max(longest, spec.stop_timeout);
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (shutdown_deadline_.has_value() || done_) {
     return absl::FailedPreconditionError(
         "worker manager: Apply after Shutdown; workers are not started");
@@ -300,8 +204,7 @@ absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
   longest_stop_timeout_ = std::max(longest_stop_timeout_, longest);
   const uint64_t seq = ++next_seq_;
   Wake();
-  if (!handled_.wait_until(lock, Steady::now() + kCommandTimeout,
-                           [&] { return handled_seq_ >= seq || done_; })) {
+  if (!AwaitHandled(seq, Steady::now() + kCommandTimeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "worker manager: the new worker specs were not taken up within ",
         kCommandTimeout.count(), "s"));
@@ -310,21 +213,20 @@ absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
 }
 
 std::vector<WorkerSnapshot> WorkerManager::Status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return status_;
 }
 
 std::vector<LearnerEndpoint> WorkerManager::LearnerEndpoints() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return endpoints_;
 }
 
 absl::Status WorkerManager::Sync(Steady::time_point deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const uint64_t seq = ++next_seq_;
   Wake();
-  if (!handled_.wait_until(lock, deadline,
-                           [&] { return handled_seq_ >= seq || done_; })) {
+  if (!AwaitHandled(seq, deadline)) {
     return absl::DeadlineExceededError(
         "worker manager: the manager thread did not catch up before the "
         "deadline");
@@ -333,9 +235,9 @@ absl::Status WorkerManager::Sync(Steady::time_point deadline) {
 }
 
 void WorkerManager::Shutdown(Steady::time_point deadline) {
-  std::lock_guard<std::mutex> serial(shutdown_mu_);
+  absl::MutexLock serial(&shutdown_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!shutdown_deadline_.has_value()) shutdown_deadline_ = deadline;
     ++next_seq_;
   }
@@ -351,7 +253,7 @@ void WorkerManager::Run() {
     std::optional<Steady::time_point> shutdown;
     uint64_t seq;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       specs = std::move(pending_specs_);
       pending_specs_.reset();
       shutdown = shutdown_deadline_;
@@ -375,14 +277,12 @@ void WorkerManager::Run() {
       if (now >= stop_deadline_) {
         for (auto& [name, worker] : workers_) {
           for (auto& [index, replica] : worker->replicas) {
-            if (replica->process != nullptr && !replica->killed) {
+            if (replica->process != nullptr && !replica->process->killed()) {
               spdlog::warn(
                   "worker {} (pid {}): shutdown deadline reached; "
                   "sending SIGKILL to its process group",
                   replica->label, replica->process->pid());
-              (void)replica->process->Signal(SIGKILL, /*group=*/true);
-              (void)replica->process->Signal(SIGKILL);
-              replica->killed = true;
+              replica->process->Kill();
             }
           }
         }
@@ -417,9 +317,8 @@ void WorkerManager::Run() {
     PollOnce();
   }
   if (!workers_.empty()) spdlog::info("all workers stopped");
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   done_ = true;
-  handled_.notify_all();
 }
 
 void WorkerManager::Reconcile(const std::vector<WorkerSpec>& specs) {
@@ -447,7 +346,7 @@ void WorkerManager::Reconcile(const std::vector<WorkerSpec>& specs) {
       Replica& replica = *it->second;
       if (index >= spec.replicas) {
         Stop(worker, replica, AfterStop::kRemove);
-      } else if (replica.stopping) {
+      } else if (replica.stopping()) {
         // Stopping for an earlier change: it comes back with this spec.
         replica.after_stop = AfterStop::kRestart;
       } else if (!SameExceptReplicas(*replica.spec, spec)) {
@@ -488,30 +387,19 @@ void WorkerManager::StartReplica(Worker& worker, Replica& replica) {
   replica.state = WorkerState::kStarting;
   replica.started_at = now;
   replica.due = now + spec.min_uptime;
-  replica.stopping = false;
-  replica.killed = false;
 
   absl::StatusOr<SubprocessOptions> options =
-      ReplicaSubprocessOptions(spec, replica.index, runfiles_dirs_);
+      ReplicaSubprocessOptions(spec, replica.index, options_.program_dirs);
   absl::StatusOr<std::unique_ptr<Subprocess>> process =
       options.ok() ? Subprocess::Start(*options) : options.status();
-  int pidfd = -1;
-  if (process.ok()) {
-    pidfd = pidfd_open((*process)->pid(), 0);
-    if (pidfd < 0) {
-      process = absl::ErrnoToStatus(
-          errno, absl::StrCat("pidfd_open for pid ", (*process)->pid()));
-    }
-  }
   if (!process.ok()) {
     const std::string what =
         absl::StrCat("cannot start: ", process.status().message());
     spdlog::error("worker {}: {}", replica.label, what);
-    AfterExit(worker, replica, what, /*failed=*/true);
+    AfterExit(worker, replica, what, ReplicaExit{/*failed=*/true, false});
     return;
   }
   replica.process = *std::move(process);
-  replica.pidfd = pidfd;
   replica.out_open = replica.process->stdout_fd() >= 0;
   replica.err_open = replica.process->stderr_fd() >= 0;
   spdlog::info("worker {} started (pid {}): {}", replica.label,
@@ -524,9 +412,10 @@ void WorkerManager::OnExit(Worker& worker, Replica& replica,
   ReadOutput(replica, /*from_stderr=*/false, kDrainBudget);
   ReadOutput(replica, /*from_stderr=*/true, kDrainBudget);
   const pid_t pid = replica.process->pid();
+  const bool stopping = replica.stopping();
   CloseProcess(replica);
   const std::chrono::nanoseconds uptime = clock_->Now() - replica.started_at;
-  if (replica.stopping) {
+  if (stopping) {
     spdlog::info("worker {} (pid {}) stopped: {}", replica.label, pid,
                  status.ToString());
     Stopped(worker, replica);
@@ -539,62 +428,54 @@ void WorkerManager::OnExit(Worker& worker, Replica& replica,
   if (early) {
     absl::StrAppend(&what, ", sooner than min_uptime ",
                     FormatMs(spec.min_uptime));
-  } else {
-    replica.failed_starts = 0;
   }
-  const bool failed = !status.ok() || early;
-  if (failed) {
+  const ReplicaExit exit{/*failed=*/!status.ok() || early,
+                         /*ran_min_uptime=*/!early};
+  if (exit.failed) {
     spdlog::warn("worker {} (pid {}) exited: {}", replica.label, pid, what);
   } else {
     spdlog::info("worker {} (pid {}) exited: {}", replica.label, pid, what);
   }
-  AfterExit(worker, replica, what, failed);
+  AfterExit(worker, replica, what, exit);
 }
 
 void WorkerManager::AfterExit(Worker& worker, Replica& replica,
-                              const std::string& what, bool failed) {
+                              const std::string& what,
+                              const ReplicaExit& exit) {
   const WorkerSpec& spec = *replica.spec;
-  if (failed) replica.last_error = what;
+  if (exit.failed) replica.last_error = what;
   if (stopping_all_) {
     Stopped(worker, replica);
     return;
   }
-  const bool restart = spec.restart == RestartPolicy::kAlways ||
-                       (spec.restart == RestartPolicy::kOnFailure && failed);
-  if (!restart) {
-    replica.state = failed ? WorkerState::kFailed : WorkerState::kStopped;
-    if (failed) {
-      spdlog::error("worker {} failed (restart: {}): {}", replica.label,
-                    RestartPolicyName(spec.restart), what);
-    } else {
+  const TimePoint now = clock_->Now();
+  RestartDecision decision = DecideRestart(spec, exit, replica.history, now);
+  replica.history = std::move(decision.history);
+  switch (decision.action) {
+    case RestartDecision::Action::kStop:
+      replica.state = WorkerState::kStopped;
       spdlog::info("worker {} stopped; not restarted (restart: {})",
                    replica.label, RestartPolicyName(spec.restart));
-    }
-    return;
+      return;
+    case RestartDecision::Action::kFail:
+      replica.state = WorkerState::kFailed;
+      if (decision.reason.empty()) {
+        spdlog::error("worker {} failed (restart: {}): {}", replica.label,
+                      RestartPolicyName(spec.restart), what);
+      } else {
+        replica.last_error = absl::StrCat(what, "; ", decision.reason);
+        spdlog::error("worker {} failed: {}", replica.label,
+                      replica.last_error);
+      }
+      return;
+    case RestartDecision::Action::kRestart:
+      ++replica.restarts;
+      replica.state = WorkerState::kBackoff;
+      replica.due = now + decision.delay;
+      spdlog::info("worker {}: restart {} in {}", replica.label,
+                   replica.restarts, FormatMs(decision.delay));
+      return;
   }
-  const TimePoint now = clock_->Now();
-  while (!replica.restart_times.empty() &&
-         replica.restart_times.front() <= now - spec.restart_window) {
-    replica.restart_times.pop_front();
-  }
-  if (replica.restart_times.size() >= static_cast<size_t>(spec.max_restarts)) {
-    replica.state = WorkerState::kFailed;
-    replica.last_error =
-        absl::StrCat(what, "; not restarted: it would be restart ",
-                     replica.restart_times.size() + 1, " within ",
-                     FormatMs(spec.restart_window), " (max_restarts ",
-                     spec.max_restarts, ")");
-    spdlog::error("worker {} failed: {}", replica.label, replica.last_error);
-    return;
-  }
-  const milliseconds delay = BackoffDelay(spec.backoff, replica.failed_starts);
-  ++replica.failed_starts;
-  ++replica.restarts;
-  replica.restart_times.push_back(now);
-  replica.state = WorkerState::kBackoff;
-  replica.due = now + delay;
-  spdlog::info("worker {}: restart {} in {}", replica.label, replica.restarts,
-               FormatMs(delay));
 }
 
 void WorkerManager::Stop(Worker& worker, Replica& replica, AfterStop after) {
@@ -603,20 +484,15 @@ void WorkerManager::Stop(Worker& worker, Replica& replica, AfterStop after) {
     Stopped(worker, replica);
     return;
   }
-  if (replica.stopping) return;
-  replica.stopping = true;
+  if (replica.stopping()) return;
   replica.state = WorkerState::kStopped;
-  replica.kill_at = clock_->Now() + replica.spec->stop_timeout;
   spdlog::info("stopping worker {} (pid {}): SIGTERM, SIGKILL after {}",
                replica.label, replica.process->pid(),
                FormatMs(replica.spec->stop_timeout));
-  (void)replica.process->Signal(SIGTERM, /*group=*/true);
-  (void)replica.process->Signal(SIGTERM);
+  replica.process->BeginStop(clock_->Now() + replica.spec->stop_timeout);
 }
 
 void WorkerManager::Stopped(Worker& worker, Replica& replica) {
-  replica.stopping = false;
-  replica.killed = false;
   switch (replica.after_stop) {
     case AfterStop::kRemove:
       worker.replicas.erase(replica.index);  // `replica` is gone
@@ -624,8 +500,7 @@ void WorkerManager::Stopped(Worker& worker, Replica& replica) {
     case AfterStop::kRestart:
       replica.spec = worker.spec;
       replica.restarts = 0;
-      replica.failed_starts = 0;
-      replica.restart_times.clear();
+      replica.history = RestartHistory();
       replica.last_error.clear();
       replica.after_stop = AfterStop::kStay;
       StartReplica(worker, replica);
@@ -643,21 +518,18 @@ void WorkerManager::RunDueTimers() {
   for (auto& [name, worker] : workers_) {
     for (auto& [index, replica_ptr] : worker->replicas) {
       Replica& replica = *replica_ptr;
-      if (replica.stopping) {
-        if (!replica.killed && now >= replica.kill_at) {
+      if (replica.stopping()) {
+        if (replica.process->EnforceStop(now)) {
           spdlog::warn(
-              "worker {} (pid {}) did not stop within {}; sending "
-              "SIGKILL to its process group",
+              "worker {} (pid {}) did not stop within {}; sent SIGKILL to "
+              "its process group",
               replica.label, replica.process->pid(),
               FormatMs(replica.spec->stop_timeout));
-          (void)replica.process->Signal(SIGKILL, /*group=*/true);
-          (void)replica.process->Signal(SIGKILL);
-          replica.killed = true;
         }
       } else if (replica.state == WorkerState::kStarting &&
                  replica.process != nullptr && now >= replica.due) {
         replica.state = WorkerState::kRunning;
-        replica.failed_starts = 0;
+        replica.history.failed_starts = 0;
         spdlog::info("worker {} (pid {}) running", replica.label,
                      replica.process->pid());
       } else if (replica.state == WorkerState::kBackoff && now >= replica.due) {
@@ -718,8 +590,6 @@ void WorkerManager::CloseProcess(Replica& replica) {
                    std::exchange(*partial, std::string()));
     }
   }
-  if (replica.pidfd >= 0) close(replica.pidfd);
-  replica.pidfd = -1;
   replica.out_open = false;
   replica.err_open = false;
   // Kills what is left of the process group and closes the pipes.
@@ -758,8 +628,8 @@ void WorkerManager::PollOnce() {
   for (auto& [name, worker] : workers_) {
     for (auto& [index, replica_ptr] : worker->replicas) {
       Replica& replica = *replica_ptr;
-      if (replica.stopping) {
-        if (!replica.killed) wait_for(replica.kill_at);
+      if (replica.stopping()) {
+        if (auto due = replica.process->kill_due()) wait_for(*due);
       } else if (replica.state == WorkerState::kStarting ||
                  replica.state == WorkerState::kBackoff) {
         wait_for(replica.due);
@@ -773,7 +643,7 @@ void WorkerManager::PollOnce() {
         fds.push_back({replica.process->stderr_fd(), POLLIN, 0});
         watches.push_back({What::kStderr, worker.get(), &replica});
       }
-      fds.push_back({replica.pidfd, POLLIN, 0});
+      fds.push_back({replica.process->pidfd(), POLLIN, 0});
       watches.push_back({What::kExit, worker.get(), &replica});
     }
   }
@@ -849,12 +719,11 @@ bool WorkerManager::Publish(uint64_t handled_seq) {
            HostPort::Tcp("127.0.0.1", spec->port_base + index)});
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   const bool changed = !(status == status_) || !(endpoints == endpoints_);
   status_ = std::move(status);
   endpoints_ = std::move(endpoints);
   handled_seq_ = std::max(handled_seq_, handled_seq);
-  handled_.notify_all();
   return changed;
 }
 

@@ -2,25 +2,23 @@
 // (lib/config/config.h) as child processes and keeps them running by their
 // restart policy.
 //
-// Each replica is one Subprocess: its own process group, PR_SET_PDEATHSIG so it
-// dies with the daemon, stdout and stderr captured and logged line by line
+// Each replica is one Subprocess (lib/process): its own process group, dies
+// with the daemon, SIGTERM then SIGKILL after stop_timeout when stopped, stdout
+// and stderr captured and logged line by line
 // through spdlog at info level as "[<name>-<index>] <line>" (both streams at
 // info: programs print diagnostics to stderr, so the stream says nothing about
 // severity). When a replica's main process exits, whatever is left of its
 // process group is SIGKILLed, so a restart never races its own leftovers.
 //
-// Restarts follow the spec: `restart` (always / on-failure / never), a delay of
-// backoff.initial * multiplier^n (capped at backoff.max; n counts the failed
-// starts since the last start that ran min_uptime), and OTP-style intensity: a
-// replica that would need more than max_restarts restarts within
-// restart_window is FAILED with its last error and not restarted. An exit
-// sooner than min_uptime is a failed start, whatever its exit code.
+// Restarts follow the spec, as DecideRestart (lib/workers/restart_policy.h)
+// says: `restart` (always / on-failure / never), the backoff, min_uptime and
+// OTP-style intensity (more than max_restarts restarts within restart_window:
+// FAILED with its last error, not restarted).
 //
-// Threading: one manager thread owns every child. It forks them (so
-// PR_SET_PDEATHSIG, which fires when the forking *thread* exits, is tied to the
-// manager's lifetime, not to a caller's thread), reaps them (no zombies), and
-// sleeps in poll() on the children's pidfds and output pipes, an eventfd for
-// commands, and the next due timer; it never busy-waits. Public methods may be
+// Threading: one manager thread owns every child. It starts them, reaps them
+// (no zombies), and sleeps in poll() on the children's pidfds and output
+// pipes, an eventfd for commands, and the next due timer; it never
+// busy-waits. Public methods may be
 // called from any thread; they hand commands to the manager thread and read
 // the state it publishes under mu_.
 //
@@ -31,12 +29,10 @@
 #define LIB_WORKERS_WORKER_MANAGER_H_
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,9 +43,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "lib/base/clock.h"
 #include "lib/config/config.h"
 #include "lib/process/subprocess.h"
+#include "lib/workers/restart_policy.h"
 
 namespace aggregator {
 
@@ -84,41 +82,12 @@ struct WorkerSnapshot {
   }
 };
 
-// `text` with "{index}", "{port}" (port_base + index) and "{name}" replaced;
-// any other text in braces is kept as written.
-std::string ExpandWorkerTemplate(std::string_view text, const WorkerSpec& spec,
-                                 int index);
-
-// The Bazel runfiles directories of this workspace that exist, in the order
-// programs are looked up in them: "$RUNFILES_DIR/learner_aggregator" (set by
-// `bazel test`, and by whatever launches aggregatord with its runfiles), then
-// "<this executable>.runfiles/learner_aggregator" (next to
-// bazel-bin/daemon/aggregatord). Empty for an installed binary.
-std::vector<std::string> FindRunfilesDirs();
-
-// Where a worker's program is run from. A name without '/' is left for the
-// PATH lookup, and an absolute path is kept. A relative path with '/' is
-// `working_dir`/program if that exists, else the first
-// `runfiles_dirs`/program that exists; otherwise NOT_FOUND naming every place
-// looked in. The result is absolute, so a worker's own `cwd` does not change
-// what runs.
-absl::StatusOr<std::string> ResolveWorkerProgram(
-    const std::string& program, const std::string& working_dir,
-    const std::vector<std::string>& runfiles_dirs);
-
-// The Subprocess options of replica `index` of `spec`: templates expanded, the
-// program resolved (against the daemon's working directory, then
-// `runfiles_dirs`), output captured, own process group, dies with the parent.
-absl::StatusOr<SubprocessOptions> ReplicaSubprocessOptions(
-    const WorkerSpec& spec, int index,
-    const std::vector<std::string>& runfiles_dirs);
-
 struct WorkerManagerOptions {
   // Not owned; must outlive the manager. nullptr: SteadyClock().
   Clock* clock = nullptr;
-  // Where relative programs are looked up after the working directory.
-  // nullopt: FindRunfilesDirs().
-  std::optional<std::vector<std::string>> runfiles_dirs;
+  // Where relative programs are looked up after the working directory
+  // (lib/workers/worker_program.h); the daemon passes its runfiles.
+  std::vector<std::string> program_dirs;
   // Called on the manager thread, without the manager's lock held, whenever
   // what Status() or LearnerEndpoints() return has changed. It may call the
   // manager's const methods; it must not call Apply, Sync or Shutdown.
@@ -179,7 +148,7 @@ class WorkerManager {
   // The replica's process ended (or never started), as `what` says: restarts
   // it after its backoff, or marks it STOPPED or FAILED.
   void AfterExit(Worker& worker, Replica& replica, const std::string& what,
-                 bool failed);
+                 const ReplicaExit& exit);
   void Stop(Worker& worker, Replica& replica, AfterStop after);
   // The replica's process is gone: removes, restarts or parks it.
   void Stopped(Worker& worker, Replica& replica);
@@ -193,11 +162,14 @@ class WorkerManager {
   void PollOnce();
   // Publishes Status() and LearnerEndpoints(); true when they changed.
   bool Publish(uint64_t handled_seq);
+  // Waits until the manager thread has handled command `seq` (or ended).
+  bool AwaitHandled(uint64_t seq,
+                    std::chrono::steady_clock::time_point deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();
 
   const WorkerManagerOptions options_;
   Clock* const clock_;
-  const std::vector<std::string> runfiles_dirs_;
   const int wake_fd_;  // eventfd: commands, clock jumps
   int waker_token_ = 0;
 
@@ -207,8 +179,7 @@ class WorkerManager {
   bool stopping_all_ = false;
   std::chrono::steady_clock::time_point stop_deadline_;
 
-  mutable std::mutex mu_;
-  std::condition_variable handled_;  // handled_seq_ moved, or done_
+  mutable absl::Mutex mu_;
   // Commands for the manager thread.
   std::optional<std::vector<WorkerSpec>> pending_specs_ ABSL_GUARDED_BY(mu_);
   std::optional<std::chrono::steady_clock::time_point> shutdown_deadline_
@@ -222,7 +193,7 @@ class WorkerManager {
   // The longest stop_timeout of the specs applied, for the destructor.
   std::chrono::milliseconds longest_stop_timeout_ ABSL_GUARDED_BY(mu_){0};
 
-  std::mutex shutdown_mu_;  // serializes Shutdown calls (and the join)
+  absl::Mutex shutdown_mu_;  // serializes Shutdown calls (and the join)
   std::thread thread_;
 };
 

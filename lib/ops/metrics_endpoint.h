@@ -1,0 +1,44 @@
+// MetricsEndpoint: serves metrics as Prometheus text on GET /metrics, with
+// prometheus-cpp's Exposer (civetweb) on threads of its own.
+//
+// Thread-safety: Start and Stop from one thread; scrapes run on the server's
+// threads.
+#ifndef LIB_OPS_METRICS_ENDPOINT_H_
+#define LIB_OPS_METRICS_ENDPOINT_H_
+
+#include <prometheus/collectable.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "lib/base/host_port.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace aggregator {
+
+class MetricsEndpoint {
+ public:
+  // Binds `listen` (TCP; port 0 picks one) and serves `metrics`.
+  // UNAVAILABLE naming the address when it cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
+      const HostPort& listen, std::shared_ptr<prometheus::Collectable> metrics);
+  ~MetricsEndpoint();
+
+  // The bound port.
+  int port() const { return port_; }
+  // Stops serving; returns once the server's threads have ended.
+  void Stop();
+
+ private:
+  MetricsEndpoint() = default;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  HostPort dial_;  // where a client on this host reaches the listener
+  int port_ = 0;
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_OPS_METRICS_ENDPOINT_H_
