@@ -18,6 +18,7 @@
 #include "lib/server/aggregator_server.h"
 #include "proto/learner.grpc.pb.h"
 #include "tools/example_learner_service.h"
+#include "tools/synthetic_batch.h"
 
 namespace aggregator::testing {
 
@@ -91,15 +92,7 @@ inline std::unique_ptr<grpc::ClientContext> Deadline(
 // `count` samples with meta.replay_unique_id "<prefix><i>" and `bytes` of data.
 inline aggregator::v1::LearnRequest Batch(int count, const std::string& prefix,
                                           size_t bytes = 64) {
-  aggregator::v1::LearnRequest request;
-  for (int i = 0; i < count; ++i) {
-    auto* sample = request.add_samples();
-    sample->set_data(std::string(bytes, static_cast<char>('a' + i % 26)) +
-                     std::to_string(i));
-    (*sample->mutable_meta()->mutable_fields())["replay_unique_id"]
-        .set_string_value(prefix + std::to_string(i));
-  }
-  return request;
+  return SyntheticBatch(count, static_cast<int64_t>(bytes), prefix);
 }
 
 inline std::vector<std::string> Ids(const std::string& prefix, int begin,

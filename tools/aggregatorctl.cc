@@ -27,11 +27,13 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
+#include "tools/synthetic_batch.h"
 
 namespace {
 
 namespace pb = aggregator::v1;
 using Clock = std::chrono::steady_clock;
+using aggregator::SyntheticBatch;
 
 struct Options {
   std::string target = "127.0.0.1:22272";
@@ -70,20 +72,6 @@ int Fail(const char* what, const grpc::Status& status) {
   return 1;
 }
 
-pb::LearnRequest MakeBatch(int64_t count, int64_t bytes,
-                           const std::string& prefix) {
-  pb::LearnRequest request;
-  request.mutable_samples()->Reserve(static_cast<int>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    auto* sample = request.add_samples();
-    sample->mutable_data()->assign(static_cast<size_t>(bytes),
-                                   static_cast<char>('a' + i % 26));
-    (*sample->mutable_meta()->mutable_fields())["replay_unique_id"]
-        .set_string_value(prefix + std::to_string(i));
-  }
-  return request;
-}
-
 int Run(pb::Learner::Stub& stub, const Options& options) {
   std::vector<double> latencies;
   int64_t samples = 0;
@@ -92,7 +80,7 @@ int Run(pb::Learner::Stub& stub, const Options& options) {
     pb::DataDemand demand;
     grpc::Status status = stub.GetData(Context(options).get(), {}, &demand);
     if (!status.ok()) return Fail("GetData", status);
-    pb::LearnRequest batch = MakeBatch(demand.batch_size(), options.bytes,
+    pb::LearnRequest batch = SyntheticBatch(demand.batch_size(), options.bytes,
                                        "step" + std::to_string(step) + "-");
     batch.set_plan_id(demand.plan_id());
     pb::LearnReply reply;
@@ -265,7 +253,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", Json(reply).c_str());
   } else if (learn->parsed()) {
     pb::LearnRequest request =
-        MakeBatch(options.samples, options.bytes, "ctl-");
+        SyntheticBatch(options.samples, options.bytes, "ctl-");
     request.set_plan_id(options.plan_id);
     pb::LearnReply reply;
     grpc::Status s = stub->Learn(Context(options).get(), request, &reply);

@@ -35,6 +35,7 @@
 #include "proto/learner.grpc.pb.h"
 #include "tools/bench_processes.h"
 #include "tools/bench_report.h"
+#include "tools/synthetic_batch.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
 namespace aggregator {
@@ -120,19 +121,6 @@ absl::Status FromGrpc(const char* what, const grpc::Status& status) {
                       absl::StrCat(what, ": ", status.error_message()));
 }
 
-pb::LearnRequest MakeBatch(int64_t count, int64_t bytes) {
-  pb::LearnRequest request;
-  request.mutable_samples()->Reserve(static_cast<int>(count));
-  for (int64_t i = 0; i < count; ++i) {
-    auto* sample = request.add_samples();
-    sample->mutable_data()->assign(static_cast<size_t>(bytes),
-                                   static_cast<char>('a' + i % 26));
-    (*sample->mutable_meta()->mutable_fields())["replay_unique_id"]
-        .set_string_value(absl::StrCat("s", i));
-  }
-  return request;
-}
-
 // The sample count a Learn reply reports: the example learner's `received`,
 // which the aggregator merges into one entry per learner.
 int64_t ReceivedCount(const pb::LearnReply& reply) {
@@ -173,7 +161,7 @@ std::unique_ptr<LargeBatch> BuildLargeBatch(int64_t samples,
   batch->samples = samples;
   batch->payload_bytes = samples * sample_bytes;
   {
-    const pb::LearnRequest request = MakeBatch(samples, sample_bytes);
+    const pb::LearnRequest request = SyntheticBatch(samples, sample_bytes, "s");
     request.SerializeToString(&batch->wire);
   }
   grpc::Slice slice(batch->wire.data(), batch->wire.size(),
@@ -386,7 +374,7 @@ Section Bench::SmallCalls() {
     if (!daemon.ok()) return daemon.status();
     auto aggregated = pb::Learner::NewStub(Channel(daemon->address));
     auto direct = pb::Learner::NewStub(Channel((*direct_learner)[0].address()));
-    const pb::LearnRequest batch = MakeBatch(128, 64);
+    const pb::LearnRequest batch = SyntheticBatch(128, 64, "s");
 
     using Call =
         std::function<grpc::Status(pb::Learner::Stub&, grpc::ClientContext*)>;
@@ -743,7 +731,7 @@ Section Bench::FanOut() {
                                                   ", expected ", 16 * count));
         }
       }
-      const pb::LearnRequest batch = MakeBatch(16 * count, 64);
+      const pb::LearnRequest batch = SyntheticBatch(16 * count, 64, "s");
       pb::LearnReply reply;
       std::vector<double> times;
       for (int i = 0; i < warmup + iterations; ++i) {
