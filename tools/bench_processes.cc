@@ -192,7 +192,7 @@ void DaemonProcess::ReadOutput() {
         partial[i].append(chunk, n);
       }
       const auto now = BenchClock::now();
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       size_t newline;
       while ((newline = partial[i].find('\n')) != std::string::npos) {
         lines_.push_back(Line{partial[i].substr(0, newline), now});
@@ -203,13 +203,13 @@ void DaemonProcess::ReadOutput() {
       }
     }
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   reader_done_ = true;
 }
 
 absl::StatusOr<DaemonProcess::Line> DaemonProcess::WaitForLine(
     const std::string& needle, BenchClock::time_point deadline) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   size_t next = 0;
   // New lines, or the end of the output.
   auto news = [this, &next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -286,7 +286,7 @@ absl::StatusOr<std::chrono::nanoseconds> DaemonProcess::Terminate(
 }
 
 int DaemonProcess::warnings() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   int count = 0;
   for (const Line& line : lines_) {
     for (const char* level : {" warning ", " error ", " critical "}) {
@@ -300,7 +300,7 @@ int DaemonProcess::warnings() const {
 }
 
 std::string DaemonProcess::Tail(size_t count) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::string text;
   const size_t first = lines_.size() > count ? lines_.size() - count : 0;
   for (size_t i = first; i < lines_.size(); ++i) {

@@ -25,7 +25,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "lib/process/subprocess.h"
 
 namespace aggregator {
@@ -153,7 +153,7 @@ class DaemonProcess {
   int wake_fd_ = -1;    // eventfd: tells the reader to finish
   std::thread reader_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<Line> lines_ ABSL_GUARDED_BY(mu_);
   bool reader_done_ ABSL_GUARDED_BY(mu_) = false;
 };

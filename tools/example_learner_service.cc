@@ -37,7 +37,7 @@ ExampleLearner::ExampleLearner(ExampleLearnerOptions options)
     : options_(std::move(options)) {}
 
 grpc::Status ExampleLearner::Enter(const char* method) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (options_.crash_after >= 0 && calls_ >= options_.crash_after) {
     std::_Exit(70);  // as a crash: no reply, no cleanup
   }
@@ -67,7 +67,7 @@ grpc::Status ExampleLearner::StartTask(grpc::ServerContext*,
                                        const pb::StartTaskRequest* request,
                                        pb::StartTaskReply* reply) {
   if (grpc::Status s = Enter("StartTask"); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   task_open_ = true;
   task_id_ = StringField(request->task_info(), "task_id");
   buffer_id_ = StringField(request->task_info(), "buffer_id");
@@ -79,7 +79,7 @@ grpc::Status ExampleLearner::GetData(grpc::ServerContext*,
                                      const pb::GetDataRequest*,
                                      pb::DataDemand* reply) {
   if (grpc::Status s = Enter("GetData"); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   reply->set_batch_size(options_.batch_size);
   reply->set_cur_learner_iter(learner_step_);
   reply->set_task_id(task_id_);
@@ -109,7 +109,7 @@ grpc::Status ExampleLearner::Learn(grpc::ServerContext*,
       received.push_back(StringField(sample.meta(), "replay_unique_id"));
     }
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ++learner_step_;
   received_.push_back(std::move(received));
   fields["learner_step"].set_number_value(static_cast<double>(learner_step_));
@@ -126,34 +126,34 @@ grpc::Status ExampleLearner::CloseTask(grpc::ServerContext*,
                                        const pb::CloseTaskRequest*,
                                        pb::CloseTaskReply* reply) {
   if (grpc::Status s = Enter("CloseTask"); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   task_open_ = false;
   reply->set_message(absl::StrCat("task '", task_id_, "' closed"));
   return grpc::Status::OK;
 }
 
 void ExampleLearner::Stop() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   stopped_ = true;
 }
 
 std::vector<std::vector<std::string>> ExampleLearner::received() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return received_;
 }
 
 int64_t ExampleLearner::learner_step() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return learner_step_;
 }
 
 int64_t ExampleLearner::calls() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return calls_;
 }
 
 bool ExampleLearner::task_open() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return task_open_;
 }
 

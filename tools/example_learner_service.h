@@ -22,7 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
@@ -81,7 +81,7 @@ class ExampleLearner final : public aggregator::v1::Learner::Service {
   grpc::Status Enter(const char* method);
 
   const ExampleLearnerOptions options_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t learner_step_ ABSL_GUARDED_BY(mu_) = 0;

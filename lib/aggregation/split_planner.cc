@@ -23,7 +23,7 @@ std::shared_ptr<const Plan> SplitPlanner::Record(
   auto plan = std::make_shared<Plan>();
   for (const PlanSlice& slice : slices) plan->total += slice.batch_size;
   plan->slices = std::move(slices);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   plan->id = absl::StrCat(prefix_, "-", next_number_++);
   latest_ = plan;
   return plan;
@@ -31,7 +31,7 @@ std::shared_ptr<const Plan> SplitPlanner::Record(
 
 absl::StatusOr<std::shared_ptr<const Plan>> SplitPlanner::Find(
     std::string_view plan_id) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (latest_ == nullptr) {
     return absl::FailedPreconditionError(
         "Learn before any GetData: there is no split plan yet; call GetData "

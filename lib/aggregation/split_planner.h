@@ -19,7 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 
 namespace aggregator {
 
@@ -54,7 +54,7 @@ class SplitPlanner {
  private:
   const std::string
       prefix_;  // distinguishes this process's plans from a previous one's
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   uint64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
   std::shared_ptr<const Plan> latest_ ABSL_GUARDED_BY(mu_);
 };

@@ -26,7 +26,7 @@ Clock& SteadyClock() {
 FakeClock::FakeClock() : now_(TimePoint() + std::chrono::hours(1000)) {}
 
 Clock::TimePoint FakeClock::Now() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return now_;
 }
 
@@ -35,21 +35,21 @@ std::optional<Clock::Duration> FakeClock::RealDelayUntil(TimePoint) const {
 }
 
 int FakeClock::AddWaker(std::function<void()> wake) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const int token = next_token_++;
   wakers_.emplace(token, std::move(wake));
   return token;
 }
 
 void FakeClock::RemoveWaker(int token) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   wakers_.erase(token);
 }
 
 void FakeClock::Advance(Duration delta) {
   // Wakers run under the lock, so once RemoveWaker returns its waker is never
   // called again (its owner may close what it writes to).
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   now_ += delta;
   for (const auto& [token, wake] : wakers_) wake();
 }

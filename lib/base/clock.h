@@ -16,7 +16,7 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "absl/time/time.h"
 
 namespace aggregator {
@@ -39,7 +39,7 @@ class Clock {
 };
 
 // The real time left until a steady_clock deadline (negative once passed), for
-// absl::Mutex::AwaitWithTimeout and absl::CondVar::WaitWithTimeout.
+// Mutex::AwaitWithTimeout and CondVar::WaitWithTimeout.
 inline absl::Duration TimeUntil(
     std::chrono::steady_clock::time_point deadline) {
   return absl::FromChrono(deadline - std::chrono::steady_clock::now());
@@ -68,7 +68,7 @@ class FakeClock : public Clock {
   void Advance(Duration delta);
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   TimePoint now_ ABSL_GUARDED_BY(mu_);
   std::map<int, std::function<void()>> wakers_ ABSL_GUARDED_BY(mu_);
   int next_token_ ABSL_GUARDED_BY(mu_) = 1;

@@ -123,7 +123,7 @@ LearnerPool::LearnerPool(const ConnectConfig& connect,
 LearnerPool::~LearnerPool() {
   std::vector<std::unique_ptr<Learner>> dropped;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     for (auto& learner : learners_) {
       if (learner->probing != nullptr) learner->probing->TryCancel();
@@ -142,7 +142,7 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
   size_t total = 0;
   bool changed = false;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     std::vector<std::unique_ptr<Learner>> next;
     for (const LearnerEndpoint& endpoint : learners) {
       auto same = std::find_if(learners_.begin(), learners_.end(),
@@ -181,7 +181,7 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
 }
 
 void LearnerPool::SetConnectConfig(const ConnectConfig& connect) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   connect_ = connect;
   for (const auto& learner : learners_) {
     learner->backoff = Backoff(connect_.backoff, hooks_.random);
@@ -192,7 +192,7 @@ void LearnerPool::Run() {
   while (true) {
     Steady::time_point wake = Steady::now() + kIdleWake;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       for (const auto& learner : learners_) {
         if (learner->state == LearnerState::kConnecting) {
           wake = std::min(wake, learner->connecting_since + connect_.timeout);
@@ -207,7 +207,7 @@ void LearnerPool::Run() {
     size_t total = 0;
     bool changed = false;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (status == grpc::CompletionQueue::GOT_EVENT) {
         Handle(static_cast<Event*>(tag), ok);
       }
@@ -388,7 +388,7 @@ size_t LearnerPool::ReadyCountLocked() const {
 }
 
 std::vector<LearnerHandle> LearnerPool::Ready() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<LearnerHandle> ready;
   for (const auto& learner : learners_) {
     if (learner->state != LearnerState::kReady) continue;
@@ -398,18 +398,18 @@ std::vector<LearnerHandle> LearnerPool::Ready() const {
 }
 
 size_t LearnerPool::ReadyCount() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return ReadyCountLocked();
 }
 
 size_t LearnerPool::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return learners_.size();
 }
 
 absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
                                                    uint64_t epoch) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const Learner* learner = Find(id);
   if (learner == nullptr) {
     return absl::FailedPreconditionError(
@@ -429,7 +429,7 @@ absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
 
 bool LearnerPool::WaitForReady(size_t count,
                                Steady::time_point deadline) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto enough = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return ReadyCountLocked() >= count;
   };
@@ -442,14 +442,14 @@ void LearnerPool::RecordCall(const LearnerHandle& learner,
   learner.counters->calls.fetch_add(1, std::memory_order_relaxed);
   if (status.ok()) return;
   learner.counters->failures.fetch_add(1, std::memory_order_relaxed);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (Learner* current = Find(learner.id)) {
     current->last_error = status.error_message();
   }
 }
 
 std::vector<LearnerSnapshot> LearnerPool::Status() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<LearnerSnapshot> out;
   for (const auto& learner : learners_) {
     out.push_back(LearnerSnapshot{
@@ -461,7 +461,7 @@ std::vector<LearnerSnapshot> LearnerPool::Status() const {
 }
 
 std::string LearnerPool::DescribeNotReady() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> parts;
   for (const auto& learner : learners_) {
     if (learner->state == LearnerState::kReady) continue;

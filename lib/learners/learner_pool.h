@@ -30,7 +30,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "lib/base/backoff.h"
 #include "lib/base/host_port.h"
 #include "lib/config/config.h"
@@ -165,7 +165,7 @@ class LearnerPool {
   const LearnerPoolHooks hooks_;
   grpc::CompletionQueue queue_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   ConnectConfig connect_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Learner>> learners_ ABSL_GUARDED_BY(mu_);
   uint64_t next_token_ ABSL_GUARDED_BY(mu_) = 1;

@@ -4,7 +4,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "lib/base/version.h"
 
 namespace aggregator {
@@ -31,13 +31,13 @@ class AggregatorMetrics::Collecting : public prometheus::Collectable {
       : registry_(std::move(registry)) {}
 
   void Add(std::function<void()> collect) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     collectors_.push_back(std::move(collect));
   }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     {
-      absl::MutexLock lock(&mu_);  // one scrape's collectors at a time
+      MutexLock lock(&mu_);  // one scrape's collectors at a time
       for (const auto& collect : collectors_) collect();
     }
     return registry_->Collect();
@@ -45,7 +45,7 @@ class AggregatorMetrics::Collecting : public prometheus::Collectable {
 
  private:
   const std::shared_ptr<prometheus::Registry> registry_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<std::function<void()>> collectors_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -26,7 +26,7 @@ extern "C" {
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 
 extern char** environ;
 
@@ -362,9 +362,9 @@ class SpawnerThread {
   // The spawner of this process. A process forked without exec (a test, a
   // daemonising wrapper) has none of its parent's threads: it gets its own.
   static SpawnerThread& Get() {
-    static absl::Mutex mu;
+    static Mutex mu;
     static SpawnerThread* spawner ABSL_GUARDED_BY(mu) = nullptr;
-    absl::MutexLock lock(&mu);
+    MutexLock lock(&mu);
     if (spawner == nullptr || spawner->pid_ != getpid()) {
       spawner = new SpawnerThread();  // never destroyed
     }
@@ -378,7 +378,7 @@ class SpawnerThread {
     std::promise<absl::StatusOr<std::unique_ptr<Subprocess>>> promise;
     auto future = promise.get_future();
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       jobs_.push_back([&] { promise.set_value(job()); });
     }
     return future.get();
@@ -396,7 +396,7 @@ class SpawnerThread {
     for (;;) {
       std::function<void()> job;
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         mu_.Await(absl::Condition(
             +[](std::deque<std::function<void()>>* jobs) {
               return !jobs->empty();
@@ -410,7 +410,7 @@ class SpawnerThread {
   }
 
   const pid_t pid_ = getpid();
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<std::function<void()>> jobs_ ABSL_GUARDED_BY(mu_);
 };
 

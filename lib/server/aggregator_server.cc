@@ -24,7 +24,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   AggregatorServer* raw = self.get();
   self->options_ = std::move(options);
   {
-    absl::MutexLock lock(&self->config_mu_);
+    MutexLock lock(&self->config_mu_);
     self->config_ = config;
   }
   self->min_learners_ = config.service.min_learners;
@@ -89,17 +89,17 @@ AggregatorServer::~AggregatorServer() {
 }
 
 AggregatorConfig AggregatorServer::config() const {
-  absl::MutexLock lock(&config_mu_);
+  MutexLock lock(&config_mu_);
   return config_;
 }
 
 std::chrono::milliseconds AggregatorServer::config_drain_timeout() const {
-  absl::MutexLock lock(&config_mu_);
+  MutexLock lock(&config_mu_);
   return config_.drain_timeout;
 }
 
 void AggregatorServer::UpdateLearners() {
-  absl::MutexLock lock(&learners_mu_);
+  MutexLock lock(&learners_mu_);
   // After Shutdown began the pool only drains; the manager is stopping.
   if (shutting_down_) return;
   std::vector<LearnerEndpoint> learners = config().learners;
@@ -139,7 +139,7 @@ std::string AggregatorServer::Summary() const {
 void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
   bool now_ready = false;
   {
-    absl::MutexLock lock(&health_mu_);
+    MutexLock lock(&health_mu_);
     if (shutting_down_ || draining_ || server_ == nullptr) return;
     const int min_learners = min_learners_.load();
     now_ready = ready >= static_cast<size_t>(std::max(0, min_learners));
@@ -183,14 +183,14 @@ void AggregatorServer::CollectMetrics() {
 
 absl::StatusOr<ReloadResult> AggregatorServer::Reload(
     const AggregatorConfig& next) {
-  absl::MutexLock reload_lock(&reload_mu_);
+  MutexLock reload_lock(&reload_mu_);
   absl::StatusOr<std::string> summary = DescribeReload(config(), next);
   if (!summary.ok()) {
     metrics_.Reloaded(false);
     return summary.status();
   }
   {
-    absl::MutexLock lock(&config_mu_);
+    MutexLock lock(&config_mu_);
     config_ = next;
   }
   min_learners_ = next.service.min_learners;
@@ -210,7 +210,7 @@ absl::StatusOr<ReloadResult> AggregatorServer::Reload(
 
 bool AggregatorServer::Drain(std::chrono::steady_clock::time_point deadline) {
   {
-    absl::MutexLock lock(&health_mu_);
+    MutexLock lock(&health_mu_);
     if (shutting_down_ || server_ == nullptr) return true;
     draining_ = true;
     ready_ = false;
@@ -225,7 +225,7 @@ bool AggregatorServer::Drain(std::chrono::steady_clock::time_point deadline) {
 void AggregatorServer::Shutdown(
     std::chrono::system_clock::time_point deadline) {
   {
-    absl::MutexLock lock(&health_mu_);
+    MutexLock lock(&health_mu_);
     if (shutting_down_.exchange(true) || server_ == nullptr) return;
     server_->GetHealthCheckService()->SetServingStatus(false);
   }

@@ -24,7 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "lib/config/config.h"
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
@@ -100,11 +100,11 @@ class AggregatorServer {
 
   ServerOptions options_;
   AggregatorMetrics metrics_;
-  mutable absl::Mutex config_mu_;
+  mutable Mutex config_mu_;
   AggregatorConfig config_ ABSL_GUARDED_BY(config_mu_);
   std::atomic<int64_t> generation_{1};
   std::atomic<int> min_learners_{1};
-  absl::Mutex reload_mu_;  // one reload at a time
+  Mutex reload_mu_;  // one reload at a time
   std::unique_ptr<LearnerPool> pool_;
   std::unique_ptr<LearnerService> learner_service_;
   std::unique_ptr<AdminService> admin_service_;
@@ -113,9 +113,9 @@ class AggregatorServer {
   int port_ = 0;
   std::atomic<bool> ready_{false};
   std::atomic<bool> shutting_down_{false};
-  absl::Mutex health_mu_;  // orders health updates against Drain/Shutdown
+  Mutex health_mu_;  // orders health updates against Drain/Shutdown
   bool draining_ ABSL_GUARDED_BY(health_mu_) = false;
-  absl::Mutex learners_mu_;
+  Mutex learners_mu_;
   // The set last given to the pool.
   std::optional<std::vector<LearnerEndpoint>> learner_set_
       ABSL_GUARDED_BY(learners_mu_);

@@ -49,13 +49,13 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
 void LearnerService::SetConfig(const ServiceConfig& config) {
   auto settings = std::make_shared<const Settings>(
       Settings{config, InfoMerger(config.merge)});
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   settings_ = std::move(settings);
 }
 
 std::shared_ptr<const LearnerService::Settings> LearnerService::settings()
     const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return settings_;
 }
 
@@ -109,14 +109,14 @@ void LearnerService::Finish(grpc::ServerUnaryReactor* reactor,
                          .count());
   }
   reactor->Finish(status);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   --in_flight_;
 }
 
 bool LearnerService::Enter(grpc::ServerUnaryReactor* reactor,
                            const char* method) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!draining_) {
       ++in_flight_;
       return true;
@@ -131,12 +131,12 @@ bool LearnerService::Enter(grpc::ServerUnaryReactor* reactor,
 }
 
 void LearnerService::StartDraining() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   draining_ = true;
 }
 
 bool LearnerService::WaitIdle(std::chrono::steady_clock::time_point deadline) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return in_flight_ == 0;
   };

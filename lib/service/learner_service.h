@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "lib/aggregation/info_merger.h"
 #include "lib/aggregation/split_planner.h"
 #include "lib/config/config.h"
@@ -113,7 +113,7 @@ class LearnerService final
   LearnerPool* const pool_;
   AggregatorMetrics* const metrics_;
   SplitPlanner planner_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -27,7 +27,7 @@ namespace supervisor_internal {
 
 using RealClock = std::chrono::steady_clock;
 
-// absl::CondVar takes absl::Time: a steady deadline as wall-clock time.
+// CondVar takes absl::Time: a steady deadline as wall-clock time.
 std::chrono::system_clock::time_point ToSystem(RealClock::time_point when) {
   return std::chrono::system_clock::now() +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -104,7 +104,7 @@ class ThreadChannel {
   void PushRequest(v1::WorkerRequest request) {
     bool wake;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       requests_.push_back(std::move(request));
       queued_.fetch_add(1, std::memory_order_release);
       wake = child_waiting_;
@@ -116,7 +116,7 @@ class ThreadChannel {
   }
   // Moves the replies into `out`, which must be empty.
   void TakeReplies(std::vector<v1::WorkerReply>& out) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     out.swap(replies_);
     has_replies_.store(false, std::memory_order_release);
   }
@@ -125,7 +125,7 @@ class ThreadChannel {
   void RequestStop() {
     std::shared_ptr<WorkerObject> object;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
       stopping_.store(true, std::memory_order_release);
       object = object_;
@@ -134,7 +134,7 @@ class ThreadChannel {
     if (object != nullptr) object->RequestStop();
   }
   bool WaitExited(RealClock::time_point deadline) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     while (!exited_) {
       if (cv_.WaitWithDeadline(&mu_, absl::FromChrono(ToSystem(deadline)))) {
         return exited_;
@@ -153,7 +153,7 @@ class ThreadChannel {
         SpinPause();
       }
     }
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     while (requests_.empty() && !stop_) {
       child_waiting_ = true;
       cv_.Wait(&mu_);
@@ -167,7 +167,7 @@ class ThreadChannel {
   }
   void PushReply(v1::WorkerReply reply) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       replies_.push_back(std::move(reply));
       has_replies_.store(true, std::memory_order_release);
     }
@@ -176,7 +176,7 @@ class ThreadChannel {
   void SetObject(std::shared_ptr<WorkerObject> object) {
     bool stop;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       object_ = object;
       stop = stop_;
     }
@@ -184,7 +184,7 @@ class ThreadChannel {
   }
   void MarkExited() {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       exited_ = true;
     }
     cv_.SignalAll();
@@ -194,10 +194,10 @@ class ThreadChannel {
   const std::shared_ptr<Waker> waker_;
   const std::chrono::nanoseconds spin_;
 
-  absl::Mutex mu_;
+  Mutex mu_;
   // With mu_: requests arrived or a stop (for the child), exit (for the
   // supervisor).
-  absl::CondVar cv_;
+  CondVar cv_;
   std::deque<v1::WorkerRequest> requests_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WorkerReply> replies_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<WorkerObject> object_ ABSL_GUARDED_BY(mu_);
@@ -229,10 +229,10 @@ struct Incarnation {
   pid_t pid = -1;
   int pidfd = -1;
   std::unique_ptr<WorkerChannel> channel;  // reads: the reader role only
-  absl::Mutex write_mu;                    // serializes writes to `channel`
+  Mutex write_mu;                    // serializes writes to `channel`
   v1::WorkerRequest request ABSL_GUARDED_BY(write_mu);  // reused
   // Guards `process`; held only for calls that do not block.
-  absl::Mutex process_mu;
+  Mutex process_mu;
   std::unique_ptr<Subprocess> process ABSL_GUARDED_BY(process_mu);
 
   // A thread child.
@@ -408,7 +408,7 @@ absl::StatusOr<int> Supervisor::Register(ThreadChildSpec spec) {
 
 absl::StatusOr<int> Supervisor::AddChild(
     std::variant<ProcessChildSpec, ThreadChildSpec> spec) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (running_) {
     return absl::FailedPreconditionError(
         "supervisor: Register after StartLink (register every child first)");
@@ -421,7 +421,7 @@ absl::StatusOr<int> Supervisor::AddChild(
 }
 
 int Supervisor::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return static_cast<int>(children_.size());
 }
 
@@ -479,10 +479,10 @@ void Supervisor::CompleteLocked(RecvPayload result) {
 // Starting and stopping.
 
 absl::Status Supervisor::StartLink() {
-  absl::MutexLock lifecycle(&lifecycle_mu_);
+  MutexLock lifecycle(&lifecycle_mu_);
   std::vector<Child*> children;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (waker_->fd() < 0) {
       return absl::ResourceExhaustedError(
           "supervisor: could not create its eventfd");
@@ -529,7 +529,7 @@ absl::Status Supervisor::StartProcess(const ProcessChildSpec& spec,
   inc.pid = (*process)->pid();
   inc.pidfd = (*process)->pidfd();
   inc.channel = std::move(pair->first);
-  absl::MutexLock lock(&inc.process_mu);
+  MutexLock lock(&inc.process_mu);
   inc.process = *std::move(process);
   return absl::OkStatus();
 }
@@ -576,7 +576,7 @@ absl::Status Supervisor::InstallIncarnation(Child& child,
                                             const absl::Status& started) {
   // Declared before the lock so the old incarnation is released after it.
   std::shared_ptr<Incarnation> old;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   old = std::move(child.current);
   if (!started.ok()) {
     child.state = ChildState::kFailed;
@@ -626,7 +626,7 @@ absl::Status Supervisor::StopChildren(const std::vector<Child*>& children,
 std::vector<Supervisor::ChildStop> Supervisor::BeginStops(
     const std::vector<Child*>& children, const std::string& reason) {
   std::vector<ChildStop> stops;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (Child* child : children) {
     if (child->current == nullptr) continue;
     ChildStop stop{child, child->current, child->current->ended, {}, {}};
@@ -684,7 +684,7 @@ void Supervisor::EscalateStops(std::vector<ChildStop>& stops,
     stop.escalation =
         absl::StrCat("did not follow _shutdown within ",
                      FormatDuration(timeout / 2), ", so SIGTERM; ");
-    absl::MutexLock lock(&stop.inc->process_mu);
+    MutexLock lock(&stop.inc->process_mu);
     stop.inc->process->BeginStop(term_deadline);
   }
   if (wait_all(term_deadline)) return;
@@ -692,7 +692,7 @@ void Supervisor::EscalateStops(std::vector<ChildStop>& stops,
     if (!stop.process_running()) continue;
     stop.escalation = absl::StrCat("ignored _shutdown and SIGTERM for ",
                                    FormatDuration(timeout), ", so SIGKILL; ");
-    absl::MutexLock lock(&stop.inc->process_mu);
+    MutexLock lock(&stop.inc->process_mu);
     stop.inc->process->Kill();
   }
   wait_all(RealClock::now() + options_.kill_wait);
@@ -703,7 +703,7 @@ void Supervisor::CollectStops(std::vector<ChildStop>& stops,
   for (ChildStop& stop : stops) {
     Incarnation& inc = *stop.inc;
     if (inc.is_process) {
-      absl::MutexLock lock(&inc.process_mu);
+      MutexLock lock(&inc.process_mu);
       stop.exit_status = inc.process->Poll();
       // Descendants left in its group go too.
       (void)inc.process->Signal(SIGKILL, /*group=*/true);
@@ -723,7 +723,7 @@ absl::Status Supervisor::RecordStops(std::vector<ChildStop>& stops,
                                      const std::string& reason,
                                      Duration timeout) {
   std::vector<std::string> detached;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (ChildStop& stop : stops) {
     Incarnation& inc = *stop.inc;
     if (stop.was_ended) continue;
@@ -756,10 +756,10 @@ absl::Status Supervisor::RecordStops(std::vector<ChildStop>& stops,
 }
 
 absl::Status Supervisor::Restart(int proc_id, std::optional<Duration> timeout) {
-  absl::MutexLock lifecycle(&lifecycle_mu_);
+  MutexLock lifecycle(&lifecycle_mu_);
   Child* child;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (absl::Status status = CheckProcId(proc_id); !status.ok()) return status;
     if (!running_) {
       return absl::FailedPreconditionError(
@@ -770,7 +770,7 @@ absl::Status Supervisor::Restart(int proc_id, std::optional<Duration> timeout) {
   absl::Status stopped = StopChildren(
       {child}, timeout.value_or(options_.stop_timeout), "was restarted");
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ++child->restarts;
     ++stats_.restarts;
   }
@@ -779,17 +779,17 @@ absl::Status Supervisor::Restart(int proc_id, std::optional<Duration> timeout) {
 }
 
 absl::Status Supervisor::Shutdown(std::optional<Duration> timeout) {
-  absl::MutexLock lifecycle(&lifecycle_mu_);
+  MutexLock lifecycle(&lifecycle_mu_);
   std::vector<Child*> children;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!running_) return absl::OkStatus();
     running_ = false;
     for (auto& child : children_) children.push_back(child.get());
   }
   absl::Status status = StopChildren(
       children, timeout.value_or(options_.stop_timeout), "was shut down");
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   // As the original: what nobody waits for goes. A RecvAll still waiting keeps
   // its results.
   ready_.erase(std::remove_if(ready_.begin(), ready_.end(),
@@ -940,7 +940,7 @@ absl::Status Supervisor::SendLocked(SendPayload& payload,
 absl::Status Supervisor::Send(SendPayload& payload) {
   std::shared_ptr<Incarnation> inc;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     absl::Status status = SendLocked(payload, &inc);
     if (!status.ok() || inc == nullptr) return status;
   }
@@ -956,7 +956,7 @@ absl::Status Supervisor::Send(SendPayload& payload) {
   absl::Status status;
   bool broken;
   {
-    absl::MutexLock write_lock(&inc->write_mu);
+    MutexLock write_lock(&inc->write_mu);
     inc->request.set_req_id(payload.req_id);
     inc->request.set_method(payload.method);
     *inc->request.mutable_args() = payload.args;
@@ -967,7 +967,7 @@ absl::Status Supervisor::Send(SendPayload& payload) {
   if (status.ok()) return absl::OkStatus();
 
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     Child& child = *children_[payload.proc_id];
     if (absl::IsDeadlineExceeded(status) && !broken) {
       // Nothing was written: the stream is intact and the caller may retry.
@@ -995,7 +995,7 @@ absl::Status Supervisor::Send(SendPayload& payload) {
           "' failed mid-frame (", status.message(), ")");
     }
   }
-  absl::MutexLock process_lock(&inc->process_mu);
+  MutexLock process_lock(&inc->process_mu);
   (void)inc->process->Signal(SIGKILL, /*group=*/true);
   return absl::OkStatus();
 }
@@ -1031,20 +1031,20 @@ bool Supervisor::WaitLocked(TimePoint deadline, Predicate done) {
 void Supervisor::PollNow() {
   uint64_t seen;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (reading_) return;  // the reader keeps everything current
     reading_ = true;
     seen = waker_->seq();
   }
   PollOnce(Now(), seen);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   reading_ = false;
   if (waiters_ > 0) cv_.SignalAll();
 }
 
 void Supervisor::RebuildPollTargets() {
   std::vector<PollTarget> old;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (poll_targets_version_ == poll_version_) return;
   old.swap(poll_targets_);  // released after the lock
   for (auto& child : children_) {
@@ -1160,14 +1160,14 @@ void Supervisor::ReadProcessChannel(PollTarget& target) {
   if (count == 0 && error.ok()) return;
 
   if (!DispatchFrames(target, count, error)) return;
-  absl::MutexLock process_lock(&inc.process_mu);
+  MutexLock process_lock(&inc.process_mu);
   (void)inc.process->Signal(SIGKILL, /*group=*/true);
 }
 
 bool Supervisor::DispatchFrames(PollTarget& target, size_t count,
                                 const absl::Status& error) {
   Incarnation& inc = *target.incarnation;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < count; ++i) {
     DispatchLocked(*target.child, inc, frames_[i]);
   }
@@ -1207,14 +1207,14 @@ void Supervisor::KillIfGraceOver(PollTarget& target) {
   }
   inc.exit_grace_end.reset();
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!inc.stop_reason.empty()) return;  // a stop takes care of it
     inc.kill_reason = absl::StrCat(
         "was killed by the supervisor: it closed its channel and was still "
         "running ",
         FormatDuration(kExitGrace), " later");
   }
-  absl::MutexLock process_lock(&inc.process_mu);
+  MutexLock process_lock(&inc.process_mu);
   (void)inc.process->Signal(SIGKILL, /*group=*/true);
 }
 
@@ -1222,13 +1222,13 @@ void Supervisor::ReapProcess(PollTarget& target) {
   Incarnation& inc = *target.incarnation;
   std::optional<ExitStatus> status;
   {
-    absl::MutexLock process_lock(&inc.process_mu);
+    MutexLock process_lock(&inc.process_mu);
     status = inc.process->Poll();
     if (status.has_value()) (void)inc.process->Signal(SIGKILL, /*group=*/true);
   }
   if (!status.has_value()) return;
   inc.reaped = true;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   inc.exit_status = status;
   // A stop under way records the end itself, with what it took.
   if (!inc.stop_reason.empty()) return;
@@ -1246,7 +1246,7 @@ void Supervisor::ReadThreadChannel(PollTarget& target) {
   thread_replies_.clear();
   inc.thread_channel->TakeReplies(thread_replies_);
   if (thread_replies_.empty()) return;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (v1::WorkerReply& reply : thread_replies_) {
     DispatchLocked(*target.child, inc, reply);
   }
@@ -1323,7 +1323,7 @@ absl::StatusOr<RecvPayload> Supervisor::TakeResult(RecvPayload result,
 absl::StatusOr<RecvPayload> Supervisor::Recv(bool ignore_err,
                                              std::optional<Duration> timeout) {
   const TimePoint deadline = DeadlineAfter(timeout);
-  absl::ReleasableMutexLock lock(&mu_);
+  ReleasableMutexLock lock(&mu_);
   auto next = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (claimed_.empty()) return ready_.begin();
     return std::find_if(ready_.begin(), ready_.end(),
@@ -1354,7 +1354,7 @@ absl::StatusOr<RecvPayload> Supervisor::Recv(bool ignore_err,
 absl::Status RecvAllHandle::Send(SendPayload& payload) {
   Supervisor& supervisor = *call_->supervisor;
   {
-    absl::MutexLock lock(&supervisor.mu_);
+    MutexLock lock(&supervisor.mu_);
     if (payload.req_id.empty()) {
       do {
         payload.req_id = absl::StrCat("#", supervisor.next_req_id_++);
@@ -1371,7 +1371,7 @@ absl::Status RecvAllHandle::Send(SendPayload& payload) {
   }
   absl::Status status = supervisor.Send(payload);
   if (!status.ok()) {
-    absl::MutexLock lock(&supervisor.mu_);
+    MutexLock lock(&supervisor.mu_);
     call_->wanted.erase(payload.req_id);
     supervisor.claimed_.erase(payload.req_id);
   }
@@ -1380,7 +1380,7 @@ absl::Status RecvAllHandle::Send(SendPayload& payload) {
 
 absl::Status RecvAllHandle::Add(const SendPayload& payload) {
   Supervisor& supervisor = *call_->supervisor;
-  absl::MutexLock lock(&supervisor.mu_);
+  MutexLock lock(&supervisor.mu_);
   if (payload.req_id.empty()) {
     return absl::InvalidArgumentError(
         "supervisor: RecvAll can only wait for a request with a req_id");
@@ -1397,7 +1397,7 @@ absl::Status RecvAllHandle::Add(const SendPayload& payload) {
 }
 
 size_t RecvAllHandle::remaining() const {
-  absl::MutexLock lock(&call_->supervisor->mu_);
+  MutexLock lock(&call_->supervisor->mu_);
   return call_->wanted.size();
 }
 
@@ -1423,7 +1423,7 @@ absl::StatusOr<std::vector<RecvPayload>> Supervisor::RecvAll(
   state.results.resize(payloads.size());
   RecvAllHandle handle(&state.call);
 
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (absl::Status claimed = ClaimLocked(payloads, state.call); !claimed.ok()) {
     return claimed;
   }
@@ -1554,7 +1554,7 @@ absl::Status Supervisor::Deliver(RecvAllState& state, bool ignore_err,
     RecvPayload& result = state.arrived[k].first;
     if (result.error.has_value() && !ignore_err) {
       const absl::Status status = WorkerErrorToStatus(*result.error);
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       GiveBackLocked(state, k + 1);
       return status;
     }
@@ -1632,18 +1632,18 @@ absl::StatusOr<std::vector<WorkerValue>> Supervisor::GetAttrAll(
 
 absl::StatusOr<ChildStatus> Supervisor::GetChildStatus(int proc_id) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (absl::Status status = CheckProcId(proc_id); !status.ok()) return status;
   }
   PollNow();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return StatusLocked(*children_[proc_id]);
 }
 
 absl::Status Supervisor::WaitRunning(int proc_id,
                                      std::optional<Duration> timeout) {
   const TimePoint deadline = DeadlineAfter(timeout);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (absl::Status status = CheckProcId(proc_id); !status.ok()) return status;
   const Child& child = *children_[proc_id];
   auto settled = [&child]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -1669,7 +1669,7 @@ absl::Status Supervisor::WaitRunning(int proc_id,
 absl::StatusOr<ChildStatus> Supervisor::WaitExited(
     int proc_id, std::optional<Duration> timeout) {
   const TimePoint deadline = DeadlineAfter(timeout);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (absl::Status status = CheckProcId(proc_id); !status.ok()) return status;
   const Child& child = *children_[proc_id];
   auto ended = [&child]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -1686,7 +1686,7 @@ absl::StatusOr<ChildStatus> Supervisor::WaitExited(
 }
 
 SupervisorStats Supervisor::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 

@@ -59,7 +59,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "lib/base/clock.h"
 #include "lib/process/subprocess.h"
 #include "lib/supervisor/worker_channel.h"
@@ -425,10 +425,10 @@ class Supervisor {
 
   // Serializes StartLink, Shutdown and Restart (never held while waiting for
   // a result, only while children start and stop).
-  absl::Mutex lifecycle_mu_;
+  Mutex lifecycle_mu_;
 
-  mutable absl::Mutex mu_;
-  absl::CondVar cv_;  // with mu_: results arrived, or reading_ freed
+  mutable Mutex mu_;
+  CondVar cv_;  // with mu_: results arrived, or reading_ freed
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<Child>> children_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, PendingRequest> pending_ ABSL_GUARDED_BY(mu_);

@@ -133,12 +133,12 @@ void WorkerObject::Handle(const v1::WorkerRequest& request,
 }
 
 void WorkerObject::RequestStop() {
-  absl::MutexLock lock(&stop_mu_);
+  MutexLock lock(&stop_mu_);
   stop_requested_.store(true, std::memory_order_release);
 }
 
 bool WorkerObject::SleepFor(std::chrono::nanoseconds duration) {
-  absl::MutexLock lock(&stop_mu_);
+  MutexLock lock(&stop_mu_);
   auto stop = [this] {
     return stop_requested_.load(std::memory_order_acquire);
   };

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "lib/supervisor/worker_channel.h"
 #include "proto/worker.pb.h"
 
@@ -91,7 +91,7 @@ class WorkerObject {
   std::map<std::string, std::function<WorkerValue()>, std::less<>> attrs_;
 
   std::atomic<bool> stop_requested_{false};
-  absl::Mutex stop_mu_;  // wakes SleepFor() on RequestStop()
+  Mutex stop_mu_;  // wakes SleepFor() on RequestStop()
 };
 
 // Creates a child's object; an error (or an exception) is the child's init

@@ -164,7 +164,7 @@ WorkerManager::WorkerManager(WorkerManagerOptions options)
 WorkerManager::~WorkerManager() {
   milliseconds longest;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     longest = longest_stop_timeout_;
   }
   Shutdown(Steady::now() + longest);
@@ -195,7 +195,7 @@ absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
   for (const WorkerSpec& spec : specs) {
     longest = std::max(longest, spec.stop_timeout);
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (shutdown_deadline_.has_value() || done_) {
     return absl::FailedPreconditionError(
         "worker manager: Apply after Shutdown; workers are not started");
@@ -213,17 +213,17 @@ absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
 }
 
 std::vector<WorkerSnapshot> WorkerManager::Status() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return status_;
 }
 
 std::vector<LearnerEndpoint> WorkerManager::LearnerEndpoints() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return endpoints_;
 }
 
 absl::Status WorkerManager::Sync(Steady::time_point deadline) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const uint64_t seq = ++next_seq_;
   Wake();
   if (!AwaitHandled(seq, deadline)) {
@@ -235,9 +235,9 @@ absl::Status WorkerManager::Sync(Steady::time_point deadline) {
 }
 
 void WorkerManager::Shutdown(Steady::time_point deadline) {
-  absl::MutexLock serial(&shutdown_mu_);
+  MutexLock serial(&shutdown_mu_);
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!shutdown_deadline_.has_value()) shutdown_deadline_ = deadline;
     ++next_seq_;
   }
@@ -253,7 +253,7 @@ void WorkerManager::Run() {
     std::optional<Steady::time_point> shutdown;
     uint64_t seq;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       specs = std::move(pending_specs_);
       pending_specs_.reset();
       shutdown = shutdown_deadline_;
@@ -317,7 +317,7 @@ void WorkerManager::Run() {
     PollOnce();
   }
   if (!workers_.empty()) spdlog::info("all workers stopped");
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   done_ = true;
 }
 
@@ -719,7 +719,7 @@ bool WorkerManager::Publish(uint64_t handled_seq) {
            HostPort::Tcp("127.0.0.1", spec->port_base + index)});
     }
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const bool changed = !(status == status_) || !(endpoints == endpoints_);
   status_ = std::move(status);
   endpoints_ = std::move(endpoints);

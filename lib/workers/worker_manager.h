@@ -43,7 +43,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "lib/base/mutex.h"
 #include "lib/base/clock.h"
 #include "lib/config/config.h"
 #include "lib/process/subprocess.h"
@@ -179,7 +179,7 @@ class WorkerManager {
   bool stopping_all_ = false;
   std::chrono::steady_clock::time_point stop_deadline_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   // Commands for the manager thread.
   std::optional<std::vector<WorkerSpec>> pending_specs_ ABSL_GUARDED_BY(mu_);
   std::optional<std::chrono::steady_clock::time_point> shutdown_deadline_
@@ -193,7 +193,7 @@ class WorkerManager {
   // The longest stop_timeout of the specs applied, for the destructor.
   std::chrono::milliseconds longest_stop_timeout_ ABSL_GUARDED_BY(mu_){0};
 
-  absl::Mutex shutdown_mu_;  // serializes Shutdown calls (and the join)
+  Mutex shutdown_mu_;  // serializes Shutdown calls (and the join)
   std::thread thread_;
 };
 
