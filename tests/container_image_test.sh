@@ -78,7 +78,7 @@ echo "metrics answer: $(grep -c '^aggregator_' "$WORK/metrics") aggregator_ samp
 
 # Orphans: the worker announces them; each sleep then exits within 0.5 s and must
 # be reaped, never left a zombie.
-logged() { $DOCKER logs "$name" 2>&1 | grep -q "$1"; }
+logged() { $DOCKER logs "$name" 2>&1 | grep "$1" >/dev/null; }  # not -q: pipefail
 wait_for 15 logged "orphans left" || fail "the orphans worker did not start"
 # "PID STATE ARGS" of every process in the container, zombies included (docker top
 # misses them: an exited process has left its cgroup).
