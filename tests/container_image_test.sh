@@ -50,8 +50,8 @@ wait_for 60 healthy || fail "not healthy within 60 s"
 echo "healthy"
 
 phase "checks"
-learner_port=$($DOCKER port "$name" 22272/tcp | head -1)
-metrics_port=$($DOCKER port "$name" 22273/tcp | head -1)
+learner_port=$($DOCKER port "$name" 22272/tcp | sed -n 1p)
+metrics_port=$($DOCKER port "$name" 22273/tcp | sed -n 1p)
 case "$learner_port $metrics_port" in
   127.0.0.1:*" "127.0.0.1:*) echo "published on $learner_port (Learner API), $metrics_port (metrics)" ;;
   *) fail "ports not published on 127.0.0.1 only: $learner_port $metrics_port" ;;
@@ -64,10 +64,10 @@ echo "non-root: every process is uid 10001"
 
 status=$($DOCKER exec "$name" aggregatorctl status)
 echo "$status"
-echo "$status" | head -1 | grep -q ' ready ' || fail "status is not ready"
+echo "$status" | sed -n 1p | grep ' ready ' >/dev/null || fail "status is not ready"
 [ "$(echo "$status" | grep -cE '^learner-[01] .* ready ')" -eq 2 ] || fail "not both learners ready"
 
-tools/aggregatorctl --target "$learner_port" --timeout 5 resource | grep -q . ||
+tools/aggregatorctl --target "$learner_port" --timeout 5 resource | grep . >/dev/null ||
   fail "no GetResource answer on $learner_port"
 echo "GetResource answers on $learner_port from the host"
 /usr/bin/python3 -c 'import sys, urllib.request
@@ -87,7 +87,7 @@ processes() {
     s=$(sed "s/.*) //" "$d/stat" 2>/dev/null) || continue
     printf "%s %s %s\n" "${d#/proc/}" "${s%% *}" "$(tr "\0" " " 2>/dev/null <"$d/cmdline")"; done'
 }
-no_orphans_left() { ! processes | awk '$2 == "Z" || /sleep 0\.5/' | grep -q .; }
+no_orphans_left() { [ -z "$(processes | awk '$2 == "Z" || /sleep 0\.5/')" ]; }
 if ! wait_for 10 no_orphans_left; then
   processes
   fail "zombies: the orphaned grandchildren were not reaped"
@@ -95,7 +95,7 @@ fi
 echo "orphans reaped: no zombie, no sleep left"
 
 $DOCKER kill -s HUP "$name" >/dev/null
-generation2() { $DOCKER exec "$name" aggregatorctl status | head -1 | grep -q '(generation 2)'; }
+generation2() { $DOCKER exec "$name" aggregatorctl status | sed -n 1p | grep '(generation 2)' >/dev/null; }
 wait_for 15 generation2 || fail "not generation 2 within 15 s of SIGHUP"
 logged "configuration reloaded (generation 2)" || fail "no reload in the log"
 echo "SIGHUP reloaded: generation 2"

@@ -69,7 +69,7 @@ journal_has "$since" 'Started aggregatord.service' || fail "no READY: systemd ne
 box 'systemctl status aggregatord --no-pager | head -12'
 status=$(box 'aggregatorctl status')
 echo "$status"
-echo "$status" | head -1 | grep -q ' ready ' || fail "aggregatorctl status: not ready"
+echo "$status" | sed -n 1p | grep ' ready ' >/dev/null || fail "aggregatorctl status: not ready"
 [ "$(echo "$status" | grep -cE '^learner-[01] .* ready ')" -eq 2 ] || fail "not both learners ready"
 
 # STATUS= in its one format (issue 16; the daemon's side of it).
@@ -93,7 +93,7 @@ check_status_text "learners 2 of 2 ready; workers 2 of 2 running; config generat
 
 phase "reload"
 box 'systemctl reload aggregatord' || fail "systemctl reload failed"
-generation() { box 'aggregatorctl status' | head -1 | grep -q "(generation $1)"; }
+generation() { box 'aggregatorctl status' | sed -n 1p | grep "(generation $1)" >/dev/null; }
 wait_for 10 generation 2 || fail "not generation 2 after systemctl reload"
 echo "systemctl reload: generation 2"
 check_status_text "learners 2 of 2 ready; workers 2 of 2 running; config generation 2"
@@ -134,7 +134,7 @@ install_log=$(box "cd /src && cp /root/aggregator.yaml $config && tools/install 
 echo "$install_log"
 [ "$(echo "$install_log" | grep -E '^(installed|kept) ' | grep -v gpu.conf)" = "" ] ||
   fail "a second tools/install changed more than the drop-in"
-echo "$install_log" | grep -q "^installed  $dropins/gpu.conf" || fail "no drop-in installed"
+echo "$install_log" | grep "^installed  $dropins/gpu.conf" >/dev/null || fail "no drop-in installed"
 box "sed -i '/^workers:\$/r /root/probe.yaml' $config"
 since=$(mark)
 box 'systemctl daemon-reload && systemctl restart aggregatord'
@@ -169,17 +169,32 @@ box "sed -i 's/^min_learners: 1\$/min_learners: lots/' $config"
 echo "exit 1 (invalid configuration): failed at once, not restarted"
 
 phase "start limit"
-box "cp /root/aggregator.yaml $config && sed -i 's|^listen: .*|listen: \"unix:/nonexistent/aggregatord.sock\"|' $config"
+# Another program holds the Learner port (a plain socket: gRPC servers set
+# SO_REUSEPORT and would share it): every start exits 2.
+$DOCKER exec -i "$name" bash -c 'cat >/root/squat.py' <<'EOF'
+import socket, time
+s = socket.socket()
+s.bind(("127.0.0.1", 22272))
+s.listen()
+open("/run/port-squatted", "w").close()
+time.sleep(3600)
+EOF
+box 'systemd-run --quiet --unit=port-squatter /usr/bin/python3 /root/squat.py'
+squatted() { box 'test -e /run/port-squatted'; }
+wait_for 10 squatted || fail "could not hold port 22272"
+box "cp /root/aggregator.yaml $config"
 since=$(mark)
 started=$(date +%s)
 box 'systemctl reset-failed aggregatord; systemctl restart aggregatord 2>/dev/null' || true
 wait_for 60 journal_has "$since" 'Start request repeated too quickly' || fail "no start limit within 60 s"
 [ "$(show ActiveState) $(show ExecMainStatus)" = "failed 2" ] ||
   fail "after the start limit: $(show ActiveState), exit $(show ExecMainStatus)"
+journal_after "$since" | awk '/cannot listen/ && !shown { print substr($0, 1, 160); shown = 1 }'
 echo "exit 2 (cannot start): start limit after $(show NRestarts) restarts in $(($(date +%s) - started)) s"
+box 'systemctl stop port-squatter'
 
 phase "stop"
-box "cp /root/aggregator.yaml $config && systemctl reset-failed aggregatord && systemctl start aggregatord"
+box 'systemctl reset-failed aggregatord && systemctl start aggregatord'
 active_running || fail "did not start again"
 workers=$(learner_processes)
 [ "$workers" -eq 2 ] || fail "$workers example_learner processes before stop, not 2"
