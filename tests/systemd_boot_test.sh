@@ -135,6 +135,11 @@ echo "$install_log"
 [ "$(echo "$install_log" | grep -E '^(installed|kept) ' | grep -v gpu.conf)" = "" ] ||
   fail "a second tools/install changed more than the drop-in"
 echo "$install_log" | grep "^installed  $dropins/gpu.conf" >/dev/null || fail "no drop-in installed"
+dry_run=$(box 'cd /src && tools/install --dry-run --prefix /opt/agg --binaries /usr/local/bin')
+echo "$dry_run" | grep '^would put  /opt/agg/bin/aggregatord$' >/dev/null &&
+  echo "$dry_run" | grep '^would put  /etc/systemd/system/aggregatord.service$' >/dev/null &&
+  ! box 'test -e /opt/agg' || { echo "$dry_run"; fail "tools/install --dry-run --prefix"; }
+echo "tools/install --dry-run --prefix /opt/agg: would put $(echo "$dry_run" | grep -c '^would put') files, changed nothing"
 box "sed -i '/^workers:\$/r /root/probe.yaml' $config"
 since=$(mark)
 box 'systemctl daemon-reload && systemctl restart aggregatord'
