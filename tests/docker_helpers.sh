@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the tests that need a real Docker engine (container_image_test.sh,
 # systemd_boot_test.sh): the packages, the engine, the Debian base images, timed phases
 # and clean-up on every exit path. Where no engine can start, the test fails.
@@ -124,9 +125,10 @@ stop_dockerd() {
 # debian_sources: the machine's Debian 12 apt sources, one "URI SUITE COMPONENTS"
 # a line, from /etc/apt/sources.list and sources.list.d (one-line and deb822 files).
 debian_sources() {
-  local files=()
-  [ -f /etc/apt/sources.list ] && files+=(/etc/apt/sources.list)
-  files+=($(ls /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null))
+  local files=() f
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [ ! -f "$f" ] || files+=("$f")
+  done
   [ ${#files[@]} -gt 0 ] || return 0
   awk '
     function flush(   n, m, i, j, u, s) {
