@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The runtime stage of config/Dockerfile, run outside Docker (no engine here):
+# The runtime stage of config/Dockerfile, run outside Docker in seconds (the real
+# image is container_image_test.sh, minutes):
 # 1. its package list covers every shared library the three binaries load, beyond
 #    what debian:bookworm-slim already ships;
 # 2. its ENTRYPOINT, as an unprivileged user on the image's aggregator.yaml (made by
@@ -51,6 +52,8 @@ sed -f config/container.sed config/aggregator.yaml |
 grep -q "listen: \"127.0.0.1:$port\"" "$root/etc/aggregator/aggregator.yaml"
 
 entrypoint=$(sed -n 's/^ENTRYPOINT \[\(.*\)\]/\1/p' "$dockerfile" | tr -d '",')
+[ "${entrypoint%% *}" = /usr/bin/tini ] || { echo "ENTRYPOINT does not start with tini"; exit 1; }
+entrypoint=${entrypoint#/usr/bin/tini -- }  # PID 1 in the image only: run what it runs
 healthcheck=$(sed -n 's/^ *CMD \[\(.*\)\]/\1/p' "$dockerfile" | tr -d '",')
 [ "$(sed -n 's/^STOPSIGNAL //p' "$dockerfile")" = SIGTERM ]
 [ "$(sed -n 's/^USER //p' "$dockerfile")" = aggregator ]
