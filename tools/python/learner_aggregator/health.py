@@ -22,6 +22,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._statuses: Dict[str, int] = {}
+        self._shut_down = False
 
     def set(self, service: str, status: int) -> None:
         """Sets a service's status and wakes its watchers."""
@@ -29,11 +30,13 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
             self._statuses[service] = status
             self._changed.notify_all()
 
-    def set_all(self, status: int) -> None:
-        """Sets every known service's status (used when the server drains)."""
+    def shutdown(self) -> None:
+        """Sets every service NOT_SERVING and ends Watch streams after they sent it, so
+        a draining server does not wait out its grace for them."""
         with self._changed:
             for service in self._statuses:
-                self._statuses[service] = status
+                self._statuses[service] = NOT_SERVING
+            self._shut_down = True
             self._changed.notify_all()
 
     def Check(self, request, context):
@@ -49,6 +52,8 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
             with self._changed:
                 status = self._statuses.get(request.service, SERVICE_UNKNOWN)
                 if status == last:
+                    if self._shut_down:
+                        return
                     self._changed.wait(_WATCH_POLL_SECONDS)
                     continue
             last = status

@@ -175,7 +175,7 @@ class LearnerServer:
         server, self._server = self._server, None
         if server is None:
             return
-        self.health.set_all(health.NOT_SERVING)
+        self.health.shutdown()
         server.stop(grace).wait()
 
     def __enter__(self) -> "LearnerServer":
