@@ -9,8 +9,6 @@ import signal
 import sys
 import unittest
 
-import grpc
-
 import testutil
 from learner_aggregator import AggregatorClient, AggregatorError, Sample
 
@@ -59,7 +57,7 @@ def make_samples(step: int):
 class MixedClusterTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.daemon = Daemon(config(testutil.free_port_run(4)))
+        cls.daemon = testutil.Daemon(config(testutil.free_port_run(4)))
         cls.client = AggregatorClient(cls.daemon.address, timeout=testutil.LONG_WAIT)
         testutil.wait_until(lambda: cls.all_ready(cls.client.status()), "4 ready learners")
         cls.client.start_task({"task_id": "mixed", "buffer_id": "buf"})
@@ -128,8 +126,6 @@ class MixedClusterTest(unittest.TestCase):
         self.client.start_task({"task_id": "mixed", "buffer_id": "buf"})
         self.check_lines_up(200)
 
-
-Daemon = testutil.Daemon
 
 if __name__ == "__main__":
     sys.exit(testutil.main())

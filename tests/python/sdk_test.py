@@ -150,7 +150,8 @@ class SdkTest(unittest.TestCase):
         self.assertFalse(stopper.is_alive())
 
     def test_large_messages_within_max_message_bytes(self):
-        big = Sample(encode_arrays({"obs": np.zeros(6 << 20, np.uint8)}), {"replay_unique_id": "b"})
+        big = Sample(encode_arrays({"obs": np.zeros(6 << 20, np.uint8)}),
+                     {"replay_unique_id": "b"})
         reply = self.client.learn([big])  # 6 MiB: over gRPC's 4 MiB default
         self.assertEqual(reply["info"]["sums"], [0.0])
         with LearnerServer(self.learner, "127.0.0.1:0", max_message_bytes=1 << 20) as small:

@@ -171,7 +171,8 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
             train_seconds += time.perf_counter() - t0
             train_steps += 1
             priority_info = info["priority_info"]
-            if priority_info["replay_unique_id"] != ids or len(priority_info["priority"]) != len(ids):
+            if (priority_info["replay_unique_id"] != ids
+                    or len(priority_info["priority"]) != len(ids)):
                 ids_aligned = False
             replay.update(priority_info["replay_unique_id"], priority_info["priority"])
             losses.append(float(np.mean(as_list(info["loss"]))))

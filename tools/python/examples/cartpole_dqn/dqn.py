@@ -117,8 +117,9 @@ class DQNLearner:
             raise LearnerError(grpc.StatusCode.FAILED_PRECONDITION, "learn before start_task")
         batch = np.frombuffer(b"".join(_transition_bytes(s.data) for s in samples), TRANSITION)
         weights = torch.tensor([float(s.meta.get("weight", 1.0)) for s in samples])
-        obs, next_obs, action, reward = (torch.from_numpy(np.ascontiguousarray(batch[field])) for field in
-                                         ("obs", "next_obs", "action", "reward"))
+        obs, next_obs, action, reward = (
+            torch.from_numpy(np.ascontiguousarray(batch[field]))  # fields are strided views
+            for field in ("obs", "next_obs", "action", "reward"))
         done = torch.from_numpy(batch["done"].astype(np.float32))
 
         q = self.q(obs).gather(1, action[:, None]).squeeze(1)
