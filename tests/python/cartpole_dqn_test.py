@@ -23,9 +23,9 @@ def test_config() -> str:
         text = f.read()
     base = testutil.free_port_run(3)
     replaced = [
-        (r'listen: "127\.0\.0\.1:22272"', 'listen: "127.0.0.1:0"'),
-        (r"port_base: 22300", f"port_base: {base}"),
-        (r'--dist-port, "22310"', f'--dist-port, "{base + 2}"'),
+        (r'listen: "127\.0\.0\.1:22280"', 'listen: "127.0.0.1:0"'),
+        (r"port_base: 22320", f"port_base: {base}"),
+        (r'--dist-port, "22330"', f'--dist-port, "{base + 2}"'),
     ]
     for pattern, new in replaced:
         text, count = re.subn(pattern, new, text)

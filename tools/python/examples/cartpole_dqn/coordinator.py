@@ -3,7 +3,7 @@ weights, keeps a prioritized replay buffer, and trains through a Learner API ser
 (aggregatord with N DQN replicas, or a single learner) or, with --direct, a learner
 object in this process (the no-aggregator baseline).
 
-    coordinator.py --address 127.0.0.1:22272 --plot cartpole.png
+    coordinator.py --address 127.0.0.1:22280 --plot cartpole.png
     coordinator.py --direct --plot direct.png
 
 Each training step: GetData (the total demand and its plan), a prioritized sample of
