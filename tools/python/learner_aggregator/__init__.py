@@ -1,0 +1,18 @@
+"""learner_aggregator: Python learners, coordinators and workers for aggregatord.
+
+    LearnerServer, serve      serve a Python learner object as the Learner API
+    AggregatorClient          call an aggregator (or any learner) from a coordinator
+    Sample, encode_arrays, decode_arrays   samples and numpy arrays in their bytes
+    LearnerError, AggregatorError          errors on the two sides
+    learner_aggregator.worker              run_worker(): a supervised worker process
+"""
+
+from learner_aggregator.client import AggregatorClient
+from learner_aggregator.errors import AggregatorError, LearnerError
+from learner_aggregator.samples import Sample, decode_arrays, encode_arrays
+from learner_aggregator.server import LearnerServer, serve
+
+__all__ = [
+    "AggregatorClient", "AggregatorError", "LearnerError", "LearnerServer", "Sample",
+    "decode_arrays", "encode_arrays", "serve",
+]

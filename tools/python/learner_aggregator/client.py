@@ -1,0 +1,120 @@
+"""AggregatorClient: a coordinator's view of an aggregator (or of any one learner)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Optional
+
+import grpc
+from google.protobuf import duration_pb2, struct_pb2
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from learner_aggregator.errors import AggregatorError
+from learner_aggregator.samples import Sample
+from learner_aggregator.structs import from_list, from_struct, from_value, to_struct
+from proto import admin_pb2, admin_pb2_grpc, learner_pb2, learner_pb2_grpc
+
+
+def message_to_dict(message: Message) -> Dict[str, Any]:
+    """Every field of a reply as plain Python: Structs as dicts, int64 as int, enums by
+    name ("LEARNER_STATE_READY"), Durations as float seconds, unset fields as their
+    defaults."""
+    result = {}
+    for field in message.DESCRIPTOR.fields:
+        value = getattr(message, field.name)
+        if field.label == FieldDescriptor.LABEL_REPEATED:
+            result[field.name] = [_field_value(field, item) for item in value]
+        else:
+            result[field.name] = _field_value(field, value)
+    return result
+
+
+def _field_value(field: FieldDescriptor, value: Any) -> Any:
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        return field.enum_type.values_by_number[value].name
+    if isinstance(value, struct_pb2.Struct):
+        return from_struct(value)
+    if isinstance(value, struct_pb2.Value):
+        return from_value(value)
+    if isinstance(value, struct_pb2.ListValue):
+        return from_list(value)
+    if isinstance(value, duration_pb2.Duration):
+        return value.seconds + value.nanos / 1e9
+    if isinstance(value, Message):
+        return message_to_dict(value)
+    return value
+
+
+class AggregatorClient:
+    """Calls the Learner and AggregatorAdmin services at `address` ("host:port").
+
+    Every call has a deadline of `timeout` seconds and returns its reply as a dict
+    (message_to_dict); a failed call raises AggregatorError with the status code and
+    the server's details. Thread-safe; close() (or `with`) releases the channel.
+    """
+
+    def __init__(self, address: str, timeout: float = 60.0, *,
+                 max_message_bytes: int = 1 << 30) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._max_message_bytes = max_message_bytes
+        self._channel = self._open_channel()
+        self._learner = learner_pb2_grpc.LearnerStub(self._channel)
+        self._admin = admin_pb2_grpc.AggregatorAdminStub(self._channel)
+
+    def _open_channel(self) -> grpc.Channel:
+        """The channel to `address`; where credentials would plug in."""
+        options = [
+            ("grpc.max_send_message_length", self._max_message_bytes),
+            ("grpc.max_receive_message_length", self._max_message_bytes),
+        ]
+        return grpc.insecure_channel(self.address, options=options)
+
+    def _call(self, name: str, rpc: Any, request: Message) -> Dict[str, Any]:
+        try:
+            return message_to_dict(rpc(request, timeout=self.timeout))
+        except grpc.RpcError as e:
+            raise AggregatorError(name, e.code(), e.details() or "") from None
+
+    def resource(self) -> Dict[str, Any]:
+        """{"gpus", "learners"}: summed over the aggregator's ready learners."""
+        return self._call("GetResource", self._learner.GetResource,
+                          learner_pb2.GetResourceRequest())
+
+    def start_task(self, info: Dict[str, Any]) -> Dict[str, Any]:
+        """Starts a task on every learner; {"message"}."""
+        return self._call("StartTask", self._learner.StartTask,
+                          learner_pb2.StartTaskRequest(task_info=to_struct(info)))
+
+    def get_data(self) -> Dict[str, Any]:
+        """The next demand: {"batch_size" (the total), "cur_learner_iter", "task_id",
+        "buffer_id", "plan_id" (pass it to learn), "extra"}."""
+        return self._call("GetData", self._learner.GetData, learner_pb2.GetDataRequest())
+
+    def learn(self, samples: Iterable[Sample], plan_id: Optional[str] = None) -> Dict[str, Any]:
+        """Trains on `samples` (as many as get_data demanded); {"info": the merged
+        Learn info, "task_id", "buffer_id"}."""
+        request = learner_pb2.LearnRequest(plan_id=plan_id or "")
+        for sample in samples:
+            request.samples.add(data=sample.data, meta=to_struct(sample.meta))
+        return self._call("Learn", self._learner.Learn, request)
+
+    def close_task(self) -> Dict[str, Any]:
+        """Ends the task on every learner; {"message"}."""
+        return self._call("CloseTask", self._learner.CloseTask,
+                          learner_pb2.CloseTaskRequest())
+
+    def status(self) -> Dict[str, Any]:
+        """The aggregator's admin status: {"learners": [{"id", "address", "state", ...}],
+        "workers": [{"name", "index", "pid", "state", "restarts", ...}], "ready",
+        "uptime" (seconds), "config_generation", "config_path", "version"}."""
+        return self._call("GetStatus", self._admin.GetStatus, admin_pb2.GetStatusRequest())
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "AggregatorClient":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()

@@ -1,0 +1,228 @@
+"""LearnerServer: any Python object with the learner methods, served as the Learner API.
+
+The learner object has
+    get_resource() -> dict           {"gpus": int, "learners": int (default 1)}
+    start_task(task_info: dict)      may return a message string
+    get_data() -> dict               {"batch_size", "cur_learner_iter", "task_id",
+                                      "buffer_id", optional "extra": dict}
+    learn(samples: list[Sample]) -> dict   the Learn info; its task_id and buffer_id,
+                                      if present, also fill the reply's fields
+    close_task()                     may return a message string
+Calls into it are serialized (one at a time), so it need not be thread-safe. A method
+that raises fails its RPC with INTERNAL (or a LearnerError's code) and the message
+"<ExceptionType>: <message>"; the server goes on serving. A missing method is
+UNIMPLEMENTED. grpc.health.v1 is served too: SERVING from start() until stop().
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from concurrent import futures
+from typing import Any, Callable, List, Optional
+
+import grpc
+from grpc_health.v1 import health_pb2_grpc
+
+from learner_aggregator import health, worker
+from learner_aggregator.errors import LearnerError
+from learner_aggregator.samples import Sample
+from learner_aggregator.structs import from_struct, to_struct
+from proto import learner_pb2, learner_pb2_grpc
+
+_log = logging.getLogger("learner_aggregator")
+
+LEARNER_SERVICE = "aggregator.v1.Learner"
+
+
+class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
+    """Translates between the Learner RPCs and the learner object's methods."""
+
+    def __init__(self, learner: Any, lock: threading.Lock) -> None:
+        self._learner = learner
+        self._lock = lock
+
+    def _call(self, context: grpc.ServicerContext, name: str, *args: Any) -> Any:
+        method = getattr(self._learner, name, None)
+        if not callable(method):
+            context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                          f"the learner has no method {name}()")
+        try:
+            with self._lock:
+                return method(*args)
+        except LearnerError as e:
+            context.abort(e.code, f"{type(e).__name__}: {e}")
+        except Exception as e:
+            _log.exception("learner %s() raised", name)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+
+    def _convert(self, context: grpc.ServicerContext, name: str,
+                 build: Callable[[], Any]) -> Any:
+        """Builds a reply from a method's result; a result of the wrong shape is the
+        learner's bug, reported as INTERNAL."""
+        try:
+            return build()
+        except (TypeError, ValueError, AttributeError) as e:
+            context.abort(grpc.StatusCode.INTERNAL,
+                          f"{name}() returned what the reply cannot hold: "
+                          f"{type(e).__name__}: {e}")
+
+    def GetResource(self, request, context):
+        resource = self._call(context, "get_resource") or {}
+        return self._convert(context, "get_resource", lambda: learner_pb2.Resource(
+            gpus=int(resource.get("gpus", 0)), learners=int(resource.get("learners", 1))))
+
+    def StartTask(self, request, context):
+        message = self._call(context, "start_task", from_struct(request.task_info))
+        return learner_pb2.StartTaskReply(message=str(message or ""))
+
+    def GetData(self, request, context):
+        demand = self._call(context, "get_data")
+
+        def build() -> learner_pb2.DataDemand:
+            reply = learner_pb2.DataDemand(
+                batch_size=int(demand["batch_size"]),
+                cur_learner_iter=int(demand.get("cur_learner_iter", 0)),
+                task_id=str(demand.get("task_id", "")),
+                buffer_id=str(demand.get("buffer_id", "")))
+            if demand.get("extra"):
+                reply.extra.CopyFrom(to_struct(demand["extra"]))
+            return reply
+
+        return self._convert(context, "get_data", build)
+
+    def Learn(self, request, context):
+        samples: List[Sample] = [Sample(s.data, from_struct(s.meta)) for s in request.samples]
+        info = self._call(context, "learn", samples) or {}
+
+        def build() -> learner_pb2.LearnReply:
+            return learner_pb2.LearnReply(
+                info=to_struct(info), task_id=str(info.get("task_id", "")),
+                buffer_id=str(info.get("buffer_id", "")))
+
+        return self._convert(context, "learn", build)
+
+    def CloseTask(self, request, context):
+        message = self._call(context, "close_task")
+        return learner_pb2.CloseTaskReply(message=str(message or ""))
+
+
+class LearnerServer:
+    """Serves `learner` on `address` ("host:port"; port 0 picks a free one).
+
+    `max_message_bytes` bounds messages both ways (training batches are large). Use
+    start(), then port, then stop(grace); or as a context manager. Thread-safe.
+    """
+
+    def __init__(self, learner: Any, address: str, max_message_bytes: int = 1 << 30,
+                 *, max_workers: int = 16) -> None:
+        self.learner = learner
+        self.address = address
+        self.health = health.HealthServicer()
+        self._max_message_bytes = max_message_bytes
+        self._max_workers = max_workers
+        # Serializes calls into the learner (the gRPC and worker-channel paths alike).
+        self.lock = threading.Lock()
+        self._server: Optional[grpc.Server] = None
+        self._port: Optional[int] = None
+
+    def _options(self) -> list:
+        return [
+            ("grpc.max_send_message_length", self._max_message_bytes),
+            ("grpc.max_receive_message_length", self._max_message_bytes),
+            # A port another process holds must fail to bind, not be shared.
+            ("grpc.so_reuseport", 0),
+        ]
+
+    def _bind(self, server: grpc.Server) -> int:
+        """Adds the listening port; where credentials would plug in."""
+        try:
+            port = server.add_insecure_port(self.address)
+        except RuntimeError as e:
+            raise OSError(f"cannot listen on '{self.address}': {e}") from None
+        if port == 0:
+            raise OSError(f"cannot listen on '{self.address}'")
+        return port
+
+    def start(self) -> "LearnerServer":
+        """Binds and starts serving; OSError when the address cannot be bound."""
+        if self._server is not None:
+            return self
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._max_workers),
+                             options=self._options())
+        learner_pb2_grpc.add_LearnerServicer_to_server(
+            _LearnerServicer(self.learner, self.lock), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        self._port = self._bind(server)
+        server.start()
+        self._server = server
+        self.health.set("", health.SERVING)
+        self.health.set(LEARNER_SERVICE, health.SERVING)
+        return self
+
+    @property
+    def port(self) -> int:
+        """The bound port (after start())."""
+        if self._port is None:
+            raise RuntimeError("LearnerServer.port: call start() first")
+        return self._port
+
+    def stop(self, grace: Optional[float] = None) -> None:
+        """Reports NOT_SERVING, refuses new calls, lets calls in flight finish for up
+        to `grace` seconds (None: cancels them at once), then returns."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.health.shutdown()
+        server.stop(grace).wait()
+
+    def __enter__(self) -> "LearnerServer":
+        return self.start()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop(None)
+
+
+def serve(learner: Any, address: str, *, grace: float = 30.0, **server_options: Any) -> None:
+    """Serves `learner` until SIGTERM or SIGINT, then drains for up to `grace` seconds.
+
+    Prints "learner listening on <host>:<port>" once bound. Under a supervisor (with
+    AGGREGATOR_WORKER_FD set) it also speaks the worker channel: after binding it sends
+    the "_init" handshake and then the unsolicited
+    WorkerReply{req_id: "", method: "_listening", data: {"port": <port>}}, and it
+    answers requests with the learner's methods and attributes; "_shutdown" or the
+    end of the channel drains and returns like a signal does. A bind failure under a
+    channel is reported as INIT_FAILED. `server_options` go to LearnerServer.
+    """
+    server = LearnerServer(learner, address, **server_options)
+    stop = threading.Event()
+    for signo in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signo, lambda *_: stop.set())
+    channel = worker.WorkerChannel.from_env()
+    try:
+        server.start()
+    except OSError as e:
+        if channel is not None:
+            channel.write(worker.init_reply(f"{type(e).__name__}: {e}"))
+        raise
+    host = address.rsplit(":", 1)[0]
+    print(f"learner listening on {host}:{server.port}", flush=True)
+    if channel is not None:
+        channel.write(worker.init_reply())
+        channel.write(worker.listening_reply(server.port))
+        threading.Thread(target=_serve_channel_then_stop, name="worker-channel",
+                         args=(channel, worker.Dispatcher(learner, server.lock), stop),
+                         daemon=True).start()
+    stop.wait()
+    server.stop(grace)
+
+
+def _serve_channel_then_stop(channel: worker.WorkerChannel, dispatcher: worker.Dispatcher,
+                             stop: threading.Event) -> None:
+    try:
+        worker.serve_channel(channel, dispatcher)
+    except worker.WorkerChannelError as e:
+        print(f"learner: {e}", file=sys.stderr)
+    stop.set()

@@ -1,0 +1,90 @@
+"""Plain Python values to and from google.protobuf Struct, Value and ListValue.
+
+Structs hold JSON-like data: dicts with string keys, lists, floats, strings, bools and
+None. Numbers always come back as floats (a Value stores a double). Going in, ints,
+numpy scalars and numpy arrays (as nested lists) are accepted too.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Mapping, Optional, Sequence
+
+from google.protobuf import struct_pb2
+
+
+def fill_value(value: struct_pb2.Value, obj: Any) -> None:
+    """Sets `value` to the protobuf form of `obj`; TypeError for what JSON cannot hold."""
+    if obj is None:
+        value.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(obj, bool):
+        value.bool_value = obj
+    elif isinstance(obj, numbers.Real):  # int, float, numpy scalars
+        value.number_value = float(obj)
+    elif isinstance(obj, str):
+        value.string_value = obj
+    elif isinstance(obj, Mapping):
+        fill_struct(value.struct_value, obj)
+    elif hasattr(obj, "tolist") and not isinstance(obj, (bytes, bytearray)):
+        fill_value(value, obj.tolist())  # numpy arrays and scalars, torch tensors
+    elif isinstance(obj, Sequence) and not isinstance(obj, (bytes, bytearray)):
+        fill_list(value.list_value, obj)
+    else:
+        raise TypeError(f"cannot put a {type(obj).__name__} into a protobuf Value")
+
+
+def fill_struct(struct: struct_pb2.Struct, obj: Mapping[str, Any]) -> None:
+    """Sets `struct` to the protobuf form of the mapping `obj` (string keys)."""
+    struct.Clear()
+    for key, item in obj.items():
+        if not isinstance(key, str):
+            raise TypeError(f"a Struct key must be a string, not {type(key).__name__}")
+        fill_value(struct.fields[key], item)
+
+
+def fill_list(list_value: struct_pb2.ListValue, items: Sequence[Any]) -> None:
+    """Sets `list_value` to the protobuf form of `items`."""
+    list_value.Clear()
+    for item in items:
+        fill_value(list_value.values.add(), item)
+
+
+def to_struct(obj: Optional[Mapping[str, Any]]) -> struct_pb2.Struct:
+    """A new Struct holding `obj` (None: an empty one)."""
+    struct = struct_pb2.Struct()
+    if obj is not None:
+        fill_struct(struct, obj)
+    return struct
+
+
+def to_value(obj: Any) -> struct_pb2.Value:
+    """A new Value holding `obj`."""
+    value = struct_pb2.Value()
+    fill_value(value, obj)
+    return value
+
+
+def from_value(value: struct_pb2.Value) -> Any:
+    """The plain Python form of a Value (an unset one is None)."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        return value.number_value
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return from_struct(value.struct_value)
+    if kind == "list_value":
+        return from_list(value.list_value)
+    return None
+
+
+def from_struct(struct: struct_pb2.Struct) -> dict:
+    """The plain dict form of a Struct."""
+    return {key: from_value(item) for key, item in struct.fields.items()}
+
+
+def from_list(list_value: struct_pb2.ListValue) -> list:
+    """The plain list form of a ListValue."""
+    return [from_value(item) for item in list_value.values]
