@@ -53,12 +53,15 @@ TEST_CASE("this process's memory figures are readable and the peak resets") {
   REQUIRE(peak.ok());
   CHECK(*peak >= *rss);
   CHECK_FALSE(ProcStatusKiB(getpid(), "NoSuchField").ok());
-  // clear_refs may be unavailable in a sandbox; when it works the peak drops
-  // to at most what it was.
+  // clear_refs may be unavailable in a sandbox; when it works the peak starts
+  // again from the resident size (other threads may allocate meanwhile: 4 MiB
+  // of slack).
   if (ResetPeakRss(getpid()).ok()) {
     auto after = ProcStatusKiB(getpid(), "VmHWM");
+    auto now = ProcStatusKiB(getpid(), "VmRSS");
     REQUIRE(after.ok());
-    CHECK(*after <= *peak);
+    REQUIRE(now.ok());
+    CHECK(*after <= *now + 4096);
   }
 }
 

@@ -143,14 +143,15 @@ void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
     if (shutting_down_ || draining_ || server_ == nullptr) return;
     const int min_learners = min_learners_.load();
     now_ready = ready >= static_cast<size_t>(std::max(0, min_learners));
+    // Health first: whoever reads the log line must find health agreeing.
+    auto* health = server_->GetHealthCheckService();
+    health->SetServingStatus(now_ready);
+    health->SetServingStatus(kLearnerServiceName, now_ready);
     if (now_ready != ready_.exchange(now_ready)) {
       spdlog::info("{}: {} of {} learner(s) ready (min_learners {})",
                    now_ready ? "serving" : "not serving", ready, total,
                    min_learners);
     }
-    auto* health = server_->GetHealthCheckService();
-    health->SetServingStatus(now_ready);
-    health->SetServingStatus(kLearnerServiceName, now_ready);
   }
   if (options_.on_ready_change)
     options_.on_ready_change(now_ready, ready, total);
