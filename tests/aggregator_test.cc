@@ -1,6 +1,7 @@
 // The aggregator end to end: real example learners and a real aggregator server
 // on loopback, driven through the Learner API as a coordinator would.
 #include <catch2/catch.hpp>
+#include <future>
 
 #include "tests/test_cluster.h"
 
@@ -240,6 +241,73 @@ TEST_CASE("A hanging learner gives DEADLINE_EXCEEDED after call_timeout") {
   for (auto& s : servers) s->learner->Stop();
 }
 
+TEST_CASE("A learner that omits a per-sample list fails the Learn, named") {
+  // Regression: one learner without priority_info.priority gave 96
+  // priorities for 128 replay ids, silently misaligned.
+  std::vector<std::unique_ptr<aggregator::ExampleLearnerServer>> servers;
+  aggregator::ExampleLearnerOptions forgetful;
+  forgetful.omit_priorities = true;
+  servers.push_back(StartLearner());
+  servers.push_back(StartLearner(forgetful));
+  auto server = StartReadyAggregator(
+      FastConfig({Endpoint("good", servers[0]->address),
+                  Endpoint("forgetful", servers[1]->address)},
+                 2));
+  auto stub = LearnerStub(server->address());
+  const pb::DataDemand demand = GetData(*stub);
+  pb::LearnRequest batch = Batch(64, "s");
+  batch.set_plan_id(demand.plan_id());
+  pb::LearnReply reply;
+  const grpc::Status status = Learn(*stub, batch, &reply);
+  CHECK(status.error_code() == grpc::StatusCode::INTERNAL);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("'priority_info.priority'") &&
+                 Catch::Contains("forgetful sent none for its 32 samples"));
+  for (auto& s : servers) s->learner->Stop();
+}
+
+TEST_CASE("Concurrent coordinators each learn on their own plan") {
+  // Regression: with a single "latest plan" two coordinators refused each
+  // other's Learns as "not the latest plan".
+  Cluster cluster(2);
+  cluster.Start();
+  constexpr int kCoordinators = 4;
+  constexpr int kSteps = 20;
+  std::vector<std::future<int>> runs;
+  for (int c = 0; c < kCoordinators; ++c) {
+    runs.push_back(std::async(std::launch::async, [&, c] {
+      // No Catch2 assertion here: they belong to the main thread.
+      auto stub = LearnerStub(cluster.aggregator->address());
+      int ok = 0;
+      for (int step = 0; step < kSteps; ++step) {
+        pb::DataDemand demand;
+        auto context = Deadline();
+        if (!stub->GetData(context.get(), {}, &demand).ok()) continue;
+        const std::string prefix =
+            "c" + std::to_string(c) + "s" + std::to_string(step) + "-";
+        pb::LearnRequest batch =
+            Batch(static_cast<int>(demand.batch_size()), prefix);
+        batch.set_plan_id(demand.plan_id());
+        pb::LearnReply reply;
+        if (!Learn(*stub, batch, &reply).ok()) continue;
+        const auto& ids = reply.info()
+                              .fields()
+                              .at("priority_info")
+                              .struct_value()
+                              .fields()
+                              .at("replay_unique_id")
+                              .list_value();
+        if (ids.values_size() == demand.batch_size() &&
+            ids.values(0).string_value() == prefix + "0") {
+          ++ok;
+        }
+      }
+      return ok;
+    }));
+  }
+  for (auto& run : runs) CHECK(run.get() == kSteps);
+}
+
 TEST_CASE("Learn is checked against the plan") {
   Cluster cluster(2);
   cluster.Start();
@@ -251,17 +319,30 @@ TEST_CASE("Learn is checked against the plan") {
     CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
     CHECK_THAT(status.error_message(), Catch::Contains("GetData first"));
   }
-  SECTION("with a stale plan_id") {
+  SECTION("plans are kept by id, and each trains once") {
     const std::string old_plan = GetData(stub).plan_id();
     const std::string new_plan = GetData(stub).plan_id();
     pb::LearnRequest batch = Batch(64, "x");
+    // Step t may learn after step t+1 was planned.
     batch.set_plan_id(old_plan);
-    const grpc::Status status = Learn(stub, batch, &reply);
+    CHECK(Learn(stub, batch, &reply).ok());
+    // A retry of a Learn that succeeded would train twice.
+    grpc::Status status = Learn(stub, batch, &reply);
     CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
     CHECK_THAT(status.error_message(),
-               Catch::Contains(old_plan) && Catch::Contains(new_plan));
+               Catch::Contains(old_plan) && Catch::Contains("already used"));
     batch.set_plan_id(new_plan);
     CHECK(Learn(stub, batch, &reply).ok());
+    batch.set_plan_id("not-a-plan");
+    status = Learn(stub, batch, &reply);
+    CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK_THAT(status.error_message(), Catch::Contains("unknown or expired"));
+  }
+  SECTION("more samples than any plan are refused while scanning") {
+    GetData(stub);
+    const grpc::Status status = Learn(stub, Batch(65, "x"), &reply);
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(), Catch::Contains("more than 64 samples"));
   }
   SECTION("with the wrong number of samples") {
     GetData(stub);
@@ -272,6 +353,8 @@ TEST_CASE("Learn is checked against the plan") {
     for (auto& server : cluster.servers) {
       CHECK(server->learner->received().empty());  // nothing was sent
     }
+    // The plan was not used: it is still there for the right batch.
+    CHECK(Learn(stub, Batch(64, "x"), &reply).ok());
   }
 }
 

@@ -361,7 +361,8 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
         "test.yaml:1:20: log.file: unknown key; allowed here: level");
   CHECK(
       Error("merge:\n  keys: [a]\n") ==
-      "test.yaml:2:3: merge.keys: unknown key; allowed here: homogeneous_keys");
+      "test.yaml:2:3: merge.keys: unknown key; allowed here: homogeneous_keys, "
+      "per_sample_keys");
   CHECK(Error("[a]: 1\n") == "test.yaml:1:1: keys must be names, got a list");
 }
 

@@ -23,24 +23,28 @@ std::string ToJson(const Struct& s) {
   return out;
 }
 
-// Merges copies of `infos` (learners l0, l1, ...).
-absl::StatusOr<aggregator::MergedInfo> MergeAll(std::vector<Struct> infos,
-                                                const InfoMerger& merger) {
+// Merges copies of `infos` (learners l0, l1, ...), learner i sent counts[i]
+// samples (none when `counts` is empty).
+absl::StatusOr<aggregator::MergedInfo> MergeAll(
+    std::vector<Struct> infos, const InfoMerger& merger,
+    std::vector<size_t> counts = {}) {
   std::vector<Struct*> pointers;
   std::vector<std::string> ids;
   for (size_t i = 0; i < infos.size(); ++i) {
     pointers.push_back(&infos[i]);
     ids.push_back("l" + std::to_string(i));
   }
-  return merger.Merge(pointers, ids);
+  if (counts.empty()) counts.assign(infos.size(), 0);
+  return merger.Merge(pointers, ids, counts);
 }
 
 void RequireMerged(const std::vector<std::string>& inputs,
-                   const std::string& expected) {
+                   const std::string& expected,
+                   const std::vector<size_t>& counts = {}) {
   std::vector<Struct> infos;
   for (const auto& input : inputs) infos.push_back(Json(input));
   InfoMerger merger(MergeConfig{});
-  auto merged = MergeAll(infos, merger);
+  auto merged = MergeAll(infos, merger, counts);
   REQUIRE(merged.ok());
   INFO("merged: " << ToJson(merged->info));
   CHECK(google::protobuf::util::MessageDifferencer::Equals(merged->info,
@@ -64,7 +68,70 @@ TEST_CASE(
                  R"({"learner_step": 4, "task_id": "t", "priority_info":
             {"priority": [0.3], "replay_unique_id": ["c"]}})"},
                 R"({"learner_step": 4, "task_id": "t", "priority_info":
-            {"priority": [0.1, 0.2, 0.3], "replay_unique_id": ["a", "b", "c"]}})");
+            {"priority": [0.1, 0.2, 0.3], "replay_unique_id": ["a", "b", "c"]}})",
+                {2, 1});
+}
+
+TEST_CASE(
+    "A per-sample list that does not line up fails, naming key and learner") {
+  InfoMerger merger(MergeConfig{});
+  const Struct full = Json(R"({"priority_info": {"priority": [1, 2]}})");
+  SECTION("one learner omits it") {
+    auto merged = MergeAll({full, Json(R"({"priority_info": {}})"), full},
+                           merger, {2, 2, 2});
+    REQUIRE_FALSE(merged.ok());
+    CHECK(merged.status().code() == absl::StatusCode::kInternal);
+    CHECK_THAT(std::string(merged.status().message()),
+               Catch::Contains("'priority_info.priority'") &&
+                   Catch::Contains("l1 sent none for its 2 samples"));
+  }
+  SECTION("one learner sends too few") {
+    auto merged =
+        MergeAll({full, Json(R"({"priority_info": {"priority": [3]}})")},
+                 merger, {2, 2});
+    REQUIRE_FALSE(merged.ok());
+    CHECK_THAT(std::string(merged.status().message()),
+               Catch::Contains("l1 sent 1 entries for its 2 samples"));
+  }
+  SECTION("one learner omits the whole map") {
+    auto merged = MergeAll({full, Json(R"({"loss": 1})")}, merger, {2, 2});
+    REQUIRE_FALSE(merged.ok());
+    CHECK_THAT(std::string(merged.status().message()),
+               Catch::Contains("l1 sent none"));
+  }
+  SECTION("a learner sent no samples need not send it") {
+    auto merged = MergeAll({full, Json(R"({})")}, merger, {2, 0});
+    REQUIRE(merged.ok());
+    CHECK(merged->info.fields()
+              .at("priority_info")
+              .struct_value()
+              .fields()
+              .at("priority")
+              .list_value()
+              .values_size() == 2);
+  }
+  SECTION("lists elsewhere are not per-sample") {
+    auto merged =
+        MergeAll({Json(R"({"p": [1, 2, 3]})"), Json(R"({})")}, merger, {2, 2});
+    CHECK(merged.ok());
+  }
+}
+
+TEST_CASE("Per-sample keys are configurable, as dotted paths") {
+  MergeConfig config;
+  config.per_sample_keys = {"stats.td_error"};
+  InfoMerger merger(config);
+  auto merged =
+      MergeAll({Json(R"({"stats": {"td_error": [1], "other": [1, 2, 3]}})"),
+                Json(R"({"stats": {"td_error": [2, 3]}})")},
+               merger, {1, 2});
+  REQUIRE(merged.ok());
+  auto wrong =
+      MergeAll({Json(R"({"stats": {"td_error": [1, 2]}})")}, merger, {1});
+  CHECK_FALSE(wrong.ok());
+  // priority_info is no longer per-sample with this configuration.
+  CHECK(MergeAll({Json(R"({"priority_info": {"priority": [1]}})")}, merger, {5})
+            .ok());
 }
 
 TEST_CASE("A homogeneous key that disagrees keeps the first and warns") {
@@ -165,6 +232,6 @@ TEST_CASE("One learner and no learners merge too") {
 TEST_CASE("Mismatched inputs are an error, not a crash") {
   InfoMerger merger(MergeConfig{{}});
   Struct s;
-  auto merged = merger.Merge({&s}, {"a", "b"});
+  auto merged = merger.Merge({&s}, {"a", "b"}, {1});
   CHECK_FALSE(merged.ok());
 }

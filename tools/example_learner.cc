@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
           {"GetResource", "StartTask", "GetData", "Learn", "CloseTask"}));
   app.add_option("--crash-after", options.crash_after,
                  "exit abruptly when the RPC after this many arrives");
+  app.add_flag("--omit-priorities", options.omit_priorities,
+               "answer Learn without priority_info.priority");
   app.add_option("--max-message-bytes", max_message_bytes,
                  "largest message accepted or sent")
       ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}));

@@ -94,12 +94,16 @@ grpc::Status ExampleLearner::Learn(grpc::ServerContext*,
   auto& fields = *reply->mutable_info()->mutable_fields();
   auto& priority_info =
       *fields["priority_info"].mutable_struct_value()->mutable_fields();
-  auto* priorities = priority_info["priority"].mutable_list_value();
+  auto* priorities = options_.omit_priorities
+                         ? nullptr
+                         : priority_info["priority"].mutable_list_value();
   auto* ids = priority_info["replay_unique_id"].mutable_list_value();
   std::vector<std::string> received;
   received.reserve(request->samples_size());
   for (const pb::Sample& sample : request->samples()) {
-    priorities->add_values()->set_number_value(SamplePriority(sample.data()));
+    if (priorities != nullptr) {
+      priorities->add_values()->set_number_value(SamplePriority(sample.data()));
+    }
     auto id = sample.meta().fields().find("replay_unique_id");
     if (id == sample.meta().fields().end()) {
       ids->add_values()->set_null_value(google::protobuf::NULL_VALUE);

@@ -40,6 +40,9 @@ struct ExampleLearnerOptions {
   // After answering this many RPCs the process exits at once (status 70) when
   // the next one arrives, as a crashed learner would; negative: never.
   int64_t crash_after = -1;
+  // Learn answers without priority_info.priority, as a learner that forgot
+  // it would (to test that merged per-sample lists stay aligned).
+  bool omit_priorities = false;
 };
 
 // The score the example learner gives a sample's data.

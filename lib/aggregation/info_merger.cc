@@ -60,10 +60,14 @@ std::string Brief(const Value& value) {
 class MergePass {
  public:
   MergePass(const std::set<std::string>& homogeneous_keys,
+            const std::vector<std::string>& per_sample_keys,
             const std::vector<std::string>& learner_ids,
+            const std::vector<size_t>& sample_counts,
             std::vector<std::string>* warnings)
       : homogeneous_keys_(homogeneous_keys),
+        per_sample_keys_(per_sample_keys),
         ids_(learner_ids),
+        counts_(sample_counts),
         warnings_(warnings) {}
 
   // `maps[i]` is learner i's map at `path`, or null when it has none.
@@ -161,6 +165,11 @@ class MergePass {
                                   : ""));
       }
     }
+    if (shape == Shape::kList && IsPerSample(path)) {
+      if (absl::Status aligned = CheckPerSample(path, values); !aligned.ok()) {
+        return aligned;
+      }
+    }
     if (shape == Shape::kList) {
       auto* list = out->mutable_list_value();
       for (size_t i = 0; i < values.size(); ++i) {
@@ -181,8 +190,49 @@ class MergePass {
     return Maps(path, maps, out->mutable_struct_value());
   }
 
+  // Whether `path` is a per-sample key or lies under one.
+  bool IsPerSample(const std::string& path) const {
+    for (const std::string& key : per_sample_keys_) {
+      if (path == key ||
+          (path.size() > key.size() && path.compare(0, key.size(), key) == 0 &&
+           path[key.size()] == '.')) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Every learner sent a list with one entry per sample it was sent.
+  absl::Status CheckPerSample(const std::string& path,
+                              const std::vector<Value*>& values) const {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const size_t expected = counts_[i];
+      if (ShapeOf(values[i]) != Shape::kList) {
+        if (expected == 0) continue;  // no samples, nothing to say
+        return absl::InternalError(absl::StrCat(
+            "learn info key '", path,
+            "' is a per-sample list "
+            "(merge.per_sample_keys) but ",
+            ids_[i], " sent ",
+            values[i] == nullptr ? "none" : ShapeName(ShapeOf(values[i])),
+            " for its ", expected, " samples"));
+      }
+      const size_t got = values[i]->list_value().values_size();
+      if (got != expected) {
+        return absl::InternalError(absl::StrCat(
+            "learn info key '", path,
+            "' is a per-sample list "
+            "(merge.per_sample_keys) but ",
+            ids_[i], " sent ", got, " entries for its ", expected, " samples"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   const std::set<std::string>& homogeneous_keys_;
+  const std::vector<std::string>& per_sample_keys_;
   const std::vector<std::string>& ids_;
+  const std::vector<size_t>& counts_;
   std::vector<std::string>* warnings_;
 };
 
@@ -190,18 +240,22 @@ class MergePass {
 
 InfoMerger::InfoMerger(const MergeConfig& config)
     : homogeneous_keys_(config.homogeneous_keys.begin(),
-                        config.homogeneous_keys.end()) {}
+                        config.homogeneous_keys.end()),
+      per_sample_keys_(config.per_sample_keys) {}
 
 absl::StatusOr<MergedInfo> InfoMerger::Merge(
     const std::vector<google::protobuf::Struct*>& infos,
-    const std::vector<std::string>& learner_ids) const {
-  if (infos.size() != learner_ids.size()) {
-    return absl::InternalError(absl::StrCat("InfoMerger: ", infos.size(),
-                                            " infos for ", learner_ids.size(),
-                                            " learners"));
+    const std::vector<std::string>& learner_ids,
+    const std::vector<size_t>& sample_counts) const {
+  if (infos.size() != learner_ids.size() ||
+      infos.size() != sample_counts.size()) {
+    return absl::InternalError(absl::StrCat(
+        "InfoMerger: ", infos.size(), " infos for ", learner_ids.size(),
+        " learners and ", sample_counts.size(), " sample counts"));
   }
   MergedInfo merged;
-  MergePass merge(homogeneous_keys_, learner_ids, &merged.warnings);
+  MergePass merge(homogeneous_keys_, per_sample_keys_, learner_ids,
+                  sample_counts, &merged.warnings);
   if (absl::Status status = merge.Maps("", infos, &merged.info); !status.ok()) {
     return status;
   }

@@ -7,8 +7,10 @@
 // that
 //   disagrees is reported in `warnings`;
 // - maps merge recursively over the union of their keys;
-// - lists concatenate in learner order (per-sample lists stay aligned with the
-// batch);
+// - lists concatenate in learner order; a list under a per-sample key
+//   (merge.per_sample_keys) must hold exactly one entry per sample each
+//   learner was sent, from every learner, so the merged list lines up with the
+//   batch (otherwise the merge fails naming key and learner);
 // - scalars (numbers, strings, bools) become a list with one entry per learner,
 // with
 //   null for a learner that did not send the key;
@@ -44,16 +46,19 @@ class InfoMerger {
  public:
   explicit InfoMerger(const MergeConfig& config);
 
-  // `infos[i]` came from the learner named `learner_ids[i]` (same sizes).
-  // Values are moved out of `infos` (lists can hold one entry per sample). An
-  // empty input merges to an empty info. Fails with INTERNAL naming key and
-  // learners when shapes cannot be merged.
+  // `infos[i]` came from the learner named `learner_ids[i]`, which was sent
+  // `sample_counts[i]` samples (same sizes). Values are moved out of `infos`
+  // (lists can hold one entry per sample). An empty input merges to an empty
+  // info. Fails with INTERNAL naming key and learners when shapes cannot be
+  // merged or a per-sample list does not line up.
   absl::StatusOr<MergedInfo> Merge(
       const std::vector<google::protobuf::Struct*>& infos,
-      const std::vector<std::string>& learner_ids) const;
+      const std::vector<std::string>& learner_ids,
+      const std::vector<size_t>& sample_counts) const;
 
  private:
   std::set<std::string> homogeneous_keys_;
+  std::vector<std::string> per_sample_keys_;
 };
 
 }  // namespace aggregator

@@ -1,6 +1,7 @@
 #include "lib/aggregation/raw_batch.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 
@@ -13,6 +14,11 @@ constexpr int kVarint = 0;
 constexpr int kFixed64 = 1;
 constexpr int kLengthDelimited = 2;
 constexpr int kFixed32 = 5;
+// A plan id is a short token; anything longer is not one.
+constexpr uint64_t kMaxPlanIdBytes = 1024;
+// A client sends one plan_id and nothing else but samples. A few other fields
+// (a newer client's) are skipped; millions would cost Cut a byte range each.
+constexpr size_t kMaxOtherFields = 16;
 
 // Reads the message's bytes across slice boundaries; only headers are read.
 class Reader {
@@ -76,109 +82,183 @@ class Reader {
   size_t position_ = 0;
 };
 
-void AppendVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
+// One field of the message: its number and where its record (header
+// included) begins and ends, and where its body begins.
+struct FieldRecord {
+  uint64_t number;
+  size_t begin;
+  size_t body;
+  size_t end;
+};
+
+// Calls `field` for every field of the message, in order, until it returns
+// false. Other fields than samples count against kMaxOtherFields: each splits
+// a run of samples (and costs Cut a byte range).
+absl::Status ForEachField(
+    const std::vector<grpc::Slice>& slices, size_t size,
+    const std::function<bool(const FieldRecord&, Reader&)>& field) {
+  Reader reader(slices, size);
+  auto malformed = [&](const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Learn request is not a valid LearnRequest: ", what,
+                     " at byte ", reader.position(), " of ", size));
+  };
+  size_t others = 0;
+  while (!reader.done()) {
+    const size_t begin = reader.position();
+    uint64_t tag;
+    if (!reader.ReadVarint(&tag)) return malformed("truncated field tag");
+    const uint64_t number = tag >> 3;
+    if (number == 0) return malformed("field number 0");
+    if (number != kSamplesField && ++others > kMaxOtherFields) {
+      return malformed(absl::StrCat("more than ", kMaxOtherFields,
+                                    " fields other than samples"));
+    }
+    uint64_t length = 0;
+    switch (static_cast<int>(tag & 7)) {
+      case kVarint:
+        if (!reader.ReadVarint(&length)) return malformed("truncated varint");
+        length = 0;
+        break;
+      case kFixed64:
+        length = 8;
+        break;
+      case kFixed32:
+        length = 4;
+        break;
+      case kLengthDelimited:
+        if (!reader.ReadVarint(&length)) return malformed("truncated length");
+        break;
+      default:
+        return malformed("unsupported wire type");
+    }
+    if ((number == kSamplesField || number == kPlanIdField) &&
+        (tag & 7) != kLengthDelimited) {
+      return malformed(
+          absl::StrCat("field ", number, " of wire type ", tag & 7));
+    }
+    if (number == kPlanIdField && length > kMaxPlanIdBytes) {
+      return malformed(absl::StrCat("a plan_id of ", length, " bytes"));
+    }
+    const size_t body = reader.position();
+    if (length > size - body) return malformed("truncated field");
+    FieldRecord record{number, begin, body, body + static_cast<size_t>(length)};
+    if (!field(record, reader)) return absl::OkStatus();
+    // `field` may have read the body; skip what it left.
+    if (reader.position() < record.end &&
+        !reader.Skip(record.end - reader.position())) {
+      return malformed("truncated field");
+    }
   }
-  out->push_back(static_cast<char>(value));
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<RawBatch> RawBatch::Parse(const grpc::ByteBuffer& request) {
+absl::StatusOr<RawBatch> RawBatch::Scan(const grpc::ByteBuffer& request,
+                                        int64_t max_samples) {
   RawBatch batch;
   if (!request.Valid()) return batch;  // no bytes at all: an empty message
   if (grpc::Status dumped = request.Dump(&batch.slices_); !dumped.ok()) {
     return absl::InternalError(absl::StrCat("cannot read the Learn request: ",
                                             dumped.error_message()));
   }
-  size_t size = 0;
   for (const grpc::Slice& slice : batch.slices_) {
-    batch.slice_starts_.push_back(size);
-    size += slice.size();
+    batch.slice_starts_.push_back(batch.size_);
+    batch.size_ += slice.size();
   }
-  Reader reader(batch.slices_, size);
-  auto malformed = [&](const char* what) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Learn request is not a valid LearnRequest: ", what,
-                     " at byte ", reader.position(), " of ", size));
-  };
-  while (!reader.done()) {
-    const size_t start = reader.position();
-    uint64_t tag;
-    if (!reader.ReadVarint(&tag)) return malformed("truncated field tag");
-    const uint64_t field = tag >> 3;
-    const int wire_type = static_cast<int>(tag & 7);
-    uint64_t length = 0;
-    switch (wire_type) {
-      case kVarint:
-        if (!reader.ReadVarint(&length)) return malformed("truncated varint");
-        break;
-      case kFixed64:
-        if (!reader.Skip(8)) return malformed("truncated fixed64");
-        break;
-      case kFixed32:
-        if (!reader.Skip(4)) return malformed("truncated fixed32");
-        break;
-      case kLengthDelimited: {
-        if (!reader.ReadVarint(&length)) return malformed("truncated length");
-        std::string* keep = nullptr;
-        if (field == kPlanIdField) {
-          batch.plan_id_.clear();  // the last occurrence wins, as in protobuf
-          keep = &batch.plan_id_;
+  bool too_many = false;
+  absl::Status scanned = ForEachField(
+      batch.slices_, batch.size_,
+      [&](const FieldRecord& field, Reader& reader) {
+        if (field.number == kPlanIdField) {
+          batch.plan_id_.clear();  // the last one wins, as in protobuf
+          return reader.Skip(field.end - reader.position(), &batch.plan_id_);
         }
-        if (!reader.Skip(length, keep)) return malformed("truncated field");
-        if (field == kSamplesField) {
-          batch.samples_.push_back(Range{start, reader.position()});
+        if (field.number != kSamplesField) return true;
+        if (static_cast<int64_t>(++batch.sample_count_) > max_samples) {
+          too_many = true;
+          return false;
         }
-        break;
-      }
-      default:
-        return malformed("unsupported wire type");
-    }
-    if (field == 0) return malformed("field number 0");
+        return true;
+      });
+  if (!scanned.ok()) return scanned;
+  if (too_many) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Learn request holds more than ", max_samples,
+        " samples, more than any plan demands; call GetData and send what it "
+        "demands"));
   }
   return batch;
 }
 
-size_t RawBatch::SliceBytes(size_t first, size_t count) const {
-  size_t bytes = 0;
-  for (size_t i = first; i < first + count && i < samples_.size(); ++i) {
-    bytes += samples_[i].end - samples_[i].begin;
+absl::StatusOr<std::vector<RawBatch::Part>> RawBatch::Cut(
+    const std::vector<size_t>& counts,
+    const std::vector<std::string>& plan_ids) const {
+  size_t total = 0;
+  for (size_t count : counts) total += count;
+  if (total != sample_count_ || plan_ids.size() != counts.size()) {
+    return absl::InternalError(absl::StrCat(
+        "RawBatch::Cut: parts of ", total, " samples for ", sample_count_, ", ",
+        plan_ids.size(), " plan ids for ", counts.size(), " parts"));
   }
-  return bytes;
-}
+  // Byte ranges of each part: a run of consecutive sample records is one
+  // range; a plan_id field between samples ends a run.
+  std::vector<std::vector<std::pair<size_t, size_t>>> ranges(counts.size());
+  std::vector<size_t> bytes(counts.size(), 0);
+  size_t part = 0;
+  size_t taken = 0;  // samples of `part` so far
+  absl::Status cut =
+      ForEachField(slices_, size_, [&](const FieldRecord& field, Reader&) {
+        if (field.number != kSamplesField) return true;
+        while (part < counts.size() && taken == counts[part]) {
+          ++part;
+          taken = 0;
+        }
+        auto& runs = ranges[part];
+        if (!runs.empty() && runs.back().second == field.begin) {
+          runs.back().second = field.end;
+        } else {
+          runs.emplace_back(field.begin, field.end);
+        }
+        bytes[part] += field.end - field.begin;
+        ++taken;
+        return true;
+      });
+  if (!cut.ok()) return cut;
 
-grpc::ByteBuffer RawBatch::Slice(size_t first, size_t count,
-                                 const std::string& plan_id) const {
-  std::vector<grpc::Slice> parts;
-  size_t i = first;
-  const size_t last = std::min(first + count, samples_.size());
-  while (i < last) {
-    // Coalesce adjacent sample records into one byte range.
-    const size_t begin = samples_[i].begin;
-    size_t end = samples_[i].end;
-    while (++i < last && samples_[i].begin == end) end = samples_[i].end;
-    // The slices covering [begin, end), trimmed to it.
-    size_t s =
-        std::upper_bound(slice_starts_.begin(), slice_starts_.end(), begin) -
-        slice_starts_.begin() - 1;
-    for (; s < slices_.size() && slice_starts_[s] < end; ++s) {
-      const size_t from = std::max(begin, slice_starts_[s]) - slice_starts_[s];
-      const size_t to = std::min(end, slice_starts_[s] + slices_[s].size()) -
-                        slice_starts_[s];
-      if (to > from) parts.push_back(slices_[s].sub(from, to));
+  std::vector<Part> parts(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) {
+    std::vector<grpc::Slice> pieces;
+    for (const auto& [begin, end] : ranges[i]) {
+      // The slices covering [begin, end), trimmed to it.
+      size_t s =
+          std::upper_bound(slice_starts_.begin(), slice_starts_.end(), begin) -
+          slice_starts_.begin() - 1;
+      for (; s < slices_.size() && slice_starts_[s] < end; ++s) {
+        const size_t from =
+            std::max(begin, slice_starts_[s]) - slice_starts_[s];
+        const size_t to = std::min(end, slice_starts_[s] + slices_[s].size()) -
+                          slice_starts_[s];
+        if (to > from) pieces.push_back(slices_[s].sub(from, to));
+      }
     }
+    if (!plan_ids[i].empty()) {
+      std::string field;
+      field.push_back(static_cast<char>(kPlanIdField << 3 | kLengthDelimited));
+      uint64_t length = plan_ids[i].size();
+      while (length >= 0x80) {
+        field.push_back(static_cast<char>((length & 0x7f) | 0x80));
+        length >>= 7;
+      }
+      field.push_back(static_cast<char>(length));
+      field += plan_ids[i];
+      pieces.emplace_back(field.data(), field.size());
+    }
+    parts[i].request = grpc::ByteBuffer(pieces.data(), pieces.size());
+    parts[i].sample_bytes = bytes[i];
   }
-  if (!plan_id.empty()) {
-    std::string field;
-    AppendVarint(kPlanIdField << 3 | kLengthDelimited, &field);
-    AppendVarint(plan_id.size(), &field);
-    field += plan_id;
-    parts.emplace_back(field.data(), field.size());
-  }
-  return grpc::ByteBuffer(parts.data(), parts.size());
+  return parts;
 }
 
 }  // namespace aggregator

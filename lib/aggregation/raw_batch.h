@@ -1,4 +1,4 @@
-// RawBatch: a LearnRequest as it arrived, in gRPC slices, split at sample
+// RawBatch: a LearnRequest as it arrived, in gRPC slices, cut at sample
 // boundaries without parsing or copying the samples.
 //
 // The aggregator never looks inside a sample, so Learn reads only the wire
@@ -6,10 +6,14 @@
 // record starts and ends, then sends each learner a request made of sub-slices
 // of the received buffer plus its own plan_id field. The payload bytes are
 // never copied: not on receipt (no parse), not per learner (sub-slices share
-// the received memory), so the aggregator holds about one copy of a batch
-// however many learners there are.
+// the received memory).
 //
-// Thread-safety: a RawBatch is immutable after Parse; Slice may be called from
+// Memory is bounded by the request, not by its sample count: Scan only counts
+// (and stops at `max_samples`), and Cut keeps one byte range per learner and
+// per run of samples between other fields, so a request of millions of empty
+// samples costs no more bookkeeping than one of a few large ones.
+//
+// Thread-safety: a RawBatch is immutable after Scan; Cut may be called from
 // any thread. The slices are reference-counted and outlive the batch as needed.
 #ifndef LIB_AGGREGATION_RAW_BATCH_H_
 #define LIB_AGGREGATION_RAW_BATCH_H_
@@ -18,6 +22,7 @@
 #include <grpcpp/support/slice.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,30 +32,36 @@ namespace aggregator {
 
 class RawBatch {
  public:
-  // Finds the samples (field 1) and plan_id (field 2) of a serialized
-  // LearnRequest; other fields are skipped. INVALID_ARGUMENT when the bytes are
-  // not a well-formed message.
-  static absl::StatusOr<RawBatch> Parse(const grpc::ByteBuffer& request);
-
-  size_t sample_count() const { return samples_.size(); }
-  const std::string& plan_id() const { return plan_id_; }
-  // Bytes of samples [first, first + count), headers included.
-  size_t SliceBytes(size_t first, size_t count) const;
-
-  // A serialized LearnRequest holding samples [first, first + count) and
-  // `plan_id` (omitted when empty), sharing this batch's memory.
-  grpc::ByteBuffer Slice(size_t first, size_t count,
-                         const std::string& plan_id) const;
-
- private:
-  struct Range {
-    size_t begin;  // offsets into the whole message
-    size_t end;
+  // One learner's share of a batch: a serialized LearnRequest.
+  struct Part {
+    grpc::ByteBuffer request;
+    size_t sample_bytes = 0;  // of the samples it holds, headers included
   };
 
+  // Reads the field headers of a serialized LearnRequest: counts its samples
+  // (field 1) and keeps its plan_id (field 2; the last one wins, as in
+  // protobuf); other fields are skipped (at most 16) and not passed on.
+  // INVALID_ARGUMENT when the bytes are not a well-formed message or hold more
+  // than `max_samples` samples (it stops reading there).
+  static absl::StatusOr<RawBatch> Scan(const grpc::ByteBuffer& request,
+                                       int64_t max_samples);
+
+  size_t sample_count() const { return sample_count_; }
+  const std::string& plan_id() const { return plan_id_; }
+  size_t size() const { return size_; }
+
+  // Consecutive parts of `counts[i]` samples each (they must add up to
+  // sample_count()), part i carrying plan_ids[i] (omitted when empty). They
+  // share this batch's memory.
+  absl::StatusOr<std::vector<Part>> Cut(
+      const std::vector<size_t>& counts,
+      const std::vector<std::string>& plan_ids) const;
+
+ private:
   std::vector<grpc::Slice> slices_;
   std::vector<size_t> slice_starts_;  // offset of each slice in the message
-  std::vector<Range> samples_;
+  size_t size_ = 0;
+  size_t sample_count_ = 0;
   std::string plan_id_;
 };
 

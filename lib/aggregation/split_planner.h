@@ -1,18 +1,24 @@
-// SplitPlanner: remembers how the last GetData split the batch over the
-// learners (a plan), checks a Learn against it, and cuts the batch into
-// per-learner requests.
+// SplitPlanner: the plans GetData made (how each batch is split over the
+// learners), kept by id so that several coordinators, or one that plans step
+// t+1 while step t learns, each Learn on their own plan.
 //
 // A plan is only valid for the learner connections that answered its GetData:
 // the learner's `epoch` (bumped by the pool on every reconnect) is part of it,
 // so a learner that restarted in between is caught instead of silently
-// mis-split.
+// mis-split. A plan is used once: a Learn claims it, and a successful Learn
+// consumes it (a retry of a Learn that succeeded would train twice); a failed
+// one gives it back. The newest `capacity` unused plans are kept; an older one
+// has expired.
 //
 // Thread-safety: all methods may be called concurrently.
 #ifndef LIB_AGGREGATION_SPLIT_PLANNER_H_
 #define LIB_AGGREGATION_SPLIT_PLANNER_H_
 
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,25 +44,62 @@ struct Plan {
   int64_t total = 0;
 };
 
-class SplitPlanner {
+class SplitPlanner;
+
+// A Learn's hold on its plan: while it lives no other Learn can use the plan.
+// Consume() after the Learn succeeded; otherwise the plan is given back when
+// the claim goes.
+class PlanClaim {
  public:
-  SplitPlanner();
+  PlanClaim(PlanClaim&& other) noexcept;
+  PlanClaim& operator=(PlanClaim&&) = delete;
+  ~PlanClaim();
 
-  // Records a plan and makes it the latest; returns it with its new id.
-  std::shared_ptr<const Plan> Record(std::vector<PlanSlice> slices);
-
-  // The plan a Learn names: `plan_id` must be the latest plan's id, or empty
-  // for the latest. FAILED_PRECONDITION when no plan was made yet or `plan_id`
-  // is stale.
-  absl::StatusOr<std::shared_ptr<const Plan>> Find(
-      std::string_view plan_id) const;
+  const Plan& plan() const { return *plan_; }
+  void Consume();
 
  private:
-  const std::string
-      prefix_;  // distinguishes this process's plans from a previous one's
+  friend class SplitPlanner;
+  PlanClaim(SplitPlanner* planner, std::shared_ptr<const Plan> plan)
+      : planner_(planner), plan_(std::move(plan)) {}
+  SplitPlanner* planner_;  // null once consumed or moved from
+  std::shared_ptr<const Plan> plan_;
+};
+
+class SplitPlanner {
+ public:
+  static constexpr size_t kDefaultCapacity = 64;
+  explicit SplitPlanner(size_t capacity = kDefaultCapacity);
+
+  // Records a plan; returns it with its new id.
+  std::shared_ptr<const Plan> Record(std::vector<PlanSlice> slices);
+
+  // Claims the plan a Learn names (empty: the newest plan).
+  // FAILED_PRECONDITION, saying what to do, when no plan was made yet, or
+  // `plan_id` is unknown or expired, already used, or claimed by a Learn in
+  // flight.
+  absl::StatusOr<PlanClaim> Claim(std::string_view plan_id);
+
+  // The most samples any unused plan demands (0 when none): more samples
+  // cannot match any plan, so a Learn can be refused while it is scanned.
+  int64_t LargestTotal() const;
+
+ private:
+  friend class PlanClaim;
+  void Release(const Plan& plan, bool consumed);
+
+  const std::string prefix_;  // tells this process's plans from another's
+  const size_t capacity_;
   mutable Mutex mu_;
   uint64_t next_number_ ABSL_GUARDED_BY(mu_) = 1;
-  std::shared_ptr<const Plan> latest_ ABSL_GUARDED_BY(mu_);
+  // Unused plans by id, and their ids oldest first (for expiry).
+  std::map<std::string, std::shared_ptr<const Plan>> plans_
+      ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
+  std::string newest_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> claimed_ ABSL_GUARDED_BY(mu_);
+  // Recently consumed ids, to tell "already used" from "unknown".
+  std::deque<std::string> used_ ABSL_GUARDED_BY(mu_);
 };
 
 // INVALID_ARGUMENT, with both numbers and the split, unless `sample_count`

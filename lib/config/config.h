@@ -125,11 +125,17 @@ struct MergeConfig {
   // learner's).
   std::vector<std::string> homogeneous_keys = {"learner_step", "buffer_id",
                                                "task_id", "learner_done"};
+  // merge.per_sample_keys: info keys (dotted paths) whose lists hold one entry
+  // per sample: each learner's list must have exactly as many entries as the
+  // learner was sent samples, and every learner must send it, so the merged
+  // list lines up with the batch. A map key covers every list under it.
+  std::vector<std::string> per_sample_keys = {"priority_info"};
 
   bool operator==(const MergeConfig& other) const {
-    const auto& [a_keys] = *this;
-    const auto& [b_keys] = other;
-    return a_keys == b_keys;
+    const auto& [a_homogeneous, a_per_sample] = *this;
+    const auto& [b_homogeneous, b_per_sample] = other;
+    return std::tie(a_homogeneous, a_per_sample) ==
+           std::tie(b_homogeneous, b_per_sample);
   }
 };
 

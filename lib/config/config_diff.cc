@@ -124,8 +124,12 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   Changed("call_timeout", running.service.call_timeout, call_timeout, &changes);
   Changed("drain_timeout", running.drain_timeout, drain_timeout, &changes);
   if (running.connect != connect) changes.push_back("connect");
-  if (!(running.service.merge == merge))
+  if (running.service.merge.homogeneous_keys != merge.homogeneous_keys) {
     changes.push_back("merge.homogeneous_keys");
+  }
+  if (running.service.merge.per_sample_keys != merge.per_sample_keys) {
+    changes.push_back("merge.per_sample_keys");
+  }
   const auto& [level] = log;
   Changed("log.level", running.log.level, level, &changes);
   return changes.empty() ? std::string("no changes")

@@ -229,10 +229,14 @@ class Parser {
              }},
             {"merge",
              [&](const Field& f) {
-               ReadMap(f, {{"homogeneous_keys", [&](const Field& keys) {
-                              ReadNameList(keys,
-                                           &service.merge.homogeneous_keys);
-                            }}});
+               ReadMap(f,
+                       {{"homogeneous_keys",
+                         [&](const Field& keys) {
+                           ReadNameList(keys, &service.merge.homogeneous_keys);
+                         }},
+                        {"per_sample_keys", [&](const Field& keys) {
+                           ReadNameList(keys, &service.merge.per_sample_keys);
+                         }}});
              }},
             {"log",
              [&](const Field& f) {

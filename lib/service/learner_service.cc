@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -261,13 +262,67 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     return reactor;
   };
   auto settings = this->settings();
-  auto batch = RawBatch::Parse(*request);
+  // More samples than any plan demands cannot be right: the scan stops there.
+  const int64_t largest = planner_.LargestTotal();
+  auto batch = RawBatch::Scan(*request, largest);
+  if (!batch.ok() && largest == 0) {
+    // No plan left to learn on: the plan the request names says why.
+    batch = RawBatch::Scan(*request, std::numeric_limits<int64_t>::max());
+  }
   if (!batch.ok()) return fail(ToGrpc(batch.status()));
-  auto plan = planner_.Find(batch->plan_id());
-  if (!plan.ok()) return fail(ToGrpc(plan.status()));
+  auto claim = planner_.Claim(batch->plan_id());
+  if (!claim.ok()) return fail(ToGrpc(claim.status()));
+  const Plan& plan = claim->plan();
+  absl::StatusOr<std::vector<LearnerHandle>> learners = PlanLearners(plan);
+  if (!learners.ok()) return fail(ToGrpc(learners.status()));
+  if (absl::Status count =
+          CheckSampleCount(plan, static_cast<int64_t>(batch->sample_count()));
+      !count.ok()) {
+    return fail(ToGrpc(count));
+  }
+  // Part i holds learner i's samples as sub-slices of the received bytes.
+  std::vector<size_t> counts;
+  std::vector<std::string> plan_ids;
+  for (const PlanSlice& slice : plan.slices) {
+    counts.push_back(static_cast<size_t>(slice.batch_size));
+    plan_ids.push_back(slice.learner_plan_id);
+  }
+  auto parts = batch->Cut(counts, plan_ids);
+  if (!parts.ok()) return fail(ToGrpc(parts.status()));
+  std::vector<grpc::ByteBuffer> requests;
+  for (size_t i = 0; i < parts->size(); ++i) {
+    if (metrics_ != nullptr) {
+      metrics_->Forwarded((*learners)[i].id,
+                          static_cast<double>((*parts)[i].sample_bytes));
+    }
+    requests.push_back(std::move((*parts)[i].request));
+  }
+  // The claim lives until the learners have answered: consumed if they all
+  // trained, given back otherwise.
+  auto held = std::make_shared<PlanClaim>(*std::move(claim));
+  FanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
+      context, settings->config.call_timeout, *std::move(learners),
+      std::move(requests),
+      [](const LearnerHandle& l, grpc::ClientContext* c,
+         const grpc::ByteBuffer* r, grpc::ByteBuffer* p,
+         std::function<void(grpc::Status)> f) {
+        l.generic->UnaryCall(c, kLearnMethod, grpc::StubOptions(), r, p,
+                             std::move(f));
+      },
+      [this, reactor, reply, settings, started, held,
+       counts = std::move(counts)](auto& calls) {
+        const grpc::Status status = MergeLearn(calls, counts, *settings, reply);
+        if (status.ok()) held->Consume();
+        Finish(reactor, "Learn", started, status);
+      });
+  return reactor;
+}
+
+absl::StatusOr<std::vector<LearnerHandle>> LearnerService::PlanLearners(
+    const Plan& plan) const {
   std::vector<LearnerHandle> learners;
   std::vector<std::string> gone;
-  for (const PlanSlice& slice : (*plan)->slices) {
+  for (const PlanSlice& slice : plan.slices) {
     auto learner = pool_->Current(slice.learner_id, slice.epoch);
     if (learner.ok()) {
       learners.push_back(std::move(*learner));
@@ -276,48 +331,17 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     }
   }
   if (!gone.empty()) {
-    return fail(grpc::Status(
-        grpc::StatusCode::FAILED_PRECONDITION,
-        absl::StrCat("Learn: the learners of plan '", (*plan)->id,
-                     "' changed since GetData: ", absl::StrJoin(gone, "; "),
-                     "; call GetData again")));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Learn: the learners of plan '", plan.id, "' changed since GetData: ",
+        absl::StrJoin(gone, "; "), "; call GetData again"));
   }
-  if (absl::Status count =
-          CheckSampleCount(**plan, static_cast<int64_t>(batch->sample_count()));
-      !count.ok()) {
-    return fail(ToGrpc(count));
-  }
-  // Slice i holds learner i's samples as sub-slices of the received bytes.
-  std::vector<grpc::ByteBuffer> slices;
-  size_t first = 0;
-  for (size_t i = 0; i < learners.size(); ++i) {
-    const PlanSlice& slice = (*plan)->slices[i];
-    const size_t count = static_cast<size_t>(slice.batch_size);
-    slices.push_back(batch->Slice(first, count, slice.learner_plan_id));
-    if (metrics_ != nullptr) {
-      metrics_->Forwarded(learners[i].id,
-                          static_cast<double>(batch->SliceBytes(first, count)));
-    }
-    first += count;
-  }
-  FanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
-      context, settings->config.call_timeout, std::move(learners),
-      std::move(slices),
-      [](const LearnerHandle& l, grpc::ClientContext* c,
-         const grpc::ByteBuffer* r, grpc::ByteBuffer* p,
-         std::function<void(grpc::Status)> f) {
-        l.generic->UnaryCall(c, kLearnMethod, grpc::StubOptions(), r, p,
-                             std::move(f));
-      },
-      [this, reactor, reply, settings, started](auto& calls) {
-        Finish(reactor, "Learn", started, MergeLearn(calls, *settings, reply));
-      });
-  return reactor;
+  return learners;
 }
 
 grpc::Status LearnerService::MergeLearn(
     LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
-    const Settings& settings, grpc::ByteBuffer* reply) {
+    const std::vector<size_t>& counts, const Settings& settings,
+    grpc::ByteBuffer* reply) {
   grpc::Status status = Summarize("Learn", calls);
   if (!status.ok()) return status;
   std::vector<pb::LearnReply> replies(calls.size());
@@ -340,7 +364,7 @@ grpc::Status LearnerService::MergeLearn(
     WarnIfDifferent("Learn", "buffer_id", calls[0].learner,
                     replies[0].buffer_id(), learner, replies[i].buffer_id());
   }
-  auto merged = settings.merger.Merge(infos, ids);
+  auto merged = settings.merger.Merge(infos, ids, counts);
   if (!merged.ok()) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         absl::StrCat("Learn: ", merged.status().message()));

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "lib/base/mutex.h"
 #include "lib/aggregation/info_merger.h"
 #include "lib/aggregation/split_planner.h"
+#include "lib/base/mutex.h"
 #include "lib/config/config.h"
 #include "lib/learners/fan_out.h"
 #include "lib/learners/learner_pool.h"
@@ -100,9 +100,14 @@ class LearnerService final
   grpc::Status Summarize(const char* method,
                          const LearnerCalls<Request, Reply>& calls);
   // Merges the learners' serialized Learn replies into `reply`.
+  // `counts[i]`: the samples learner i was sent.
   grpc::Status MergeLearn(
       LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
-      const Settings& settings, grpc::ByteBuffer* reply);
+      const std::vector<size_t>& counts, const Settings& settings,
+      grpc::ByteBuffer* reply);
+  // The plan's learners, if each is still ready at the plan's epoch.
+  absl::StatusOr<std::vector<LearnerHandle>> PlanLearners(
+      const Plan& plan) const;
   // Counts a new call in, or finishes it with UNAVAILABLE when draining.
   bool Enter(grpc::ServerUnaryReactor* reactor, const char* method);
   // Finishes an incoming call (counted in by Enter) and records it.
