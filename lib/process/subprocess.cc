@@ -24,9 +24,11 @@ extern "C" {
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/mutex.h"
+#include "lib/process/adopted.h"
 
 extern char** environ;
 
@@ -37,6 +39,8 @@ using Steady = std::chrono::steady_clock;
 
 // How long the destructor and Stop wait for a SIGKILLed child to be reaped.
 constexpr std::chrono::seconds kKillWait(5);
+// How long a process guard may take to start its child.
+constexpr std::chrono::seconds kGuardStartTimeout(30);
 
 // What the child reports through the exec-error pipe before it _exits.
 enum class ChildStage : int { kSetpgid, kPdeathsig, kFds, kChdir, kExec };
@@ -418,8 +422,72 @@ class SpawnerThread {
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Start(
     const SubprocessOptions& options) {
+  if (!options.guard_program.empty()) return StartGuarded(options);
   return SpawnerThread::Get().Run(
       [&options] { return StartOnThisThread(options); });
+}
+
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::StartGuarded(
+    const SubprocessOptions& options) {
+  if (options.argv.empty()) {
+    return absl::InvalidArgumentError("subprocess: argv is empty");
+  }
+  // The guard reports through this pipe why the child could not start, and
+  // closes it once the child runs.
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("report pipe for '", options.argv[0], "'"));
+  }
+  UniqueFd report_read(report[0]);
+  UniqueFd report_write(report[1]);
+  int report_target = 3;
+  for (const auto& [source, target] : options.fds) {
+    report_target = std::max(report_target, target + 1);
+  }
+  SubprocessOptions guarded = options;
+  guarded.guard_program.clear();
+  guarded.argv = {options.guard_program, kProcessGuardFlag,
+                  absl::StrCat("--report-fd=", report_target)};
+  for (const auto& [source, target] : options.fds) {
+    guarded.argv.push_back(absl::StrCat("--keep-fd=", target));
+  }
+  guarded.argv.push_back("--");
+  guarded.argv.insert(guarded.argv.end(), options.argv.begin(),
+                      options.argv.end());
+  guarded.fds.emplace_back(report_write.get(), report_target);
+  absl::StatusOr<std::unique_ptr<Subprocess>> guard = Start(guarded);
+  report_write.Reset();
+  if (!guard.ok()) return guard.status();
+
+  std::string message;
+  const Steady::time_point deadline = Steady::now() + kGuardStartTimeout;
+  for (;;) {
+    pollfd pfd = {report_read.get(), POLLIN, 0};
+    const int ready = poll(&pfd, 1, PollTimeoutMs(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the process guard for '", options.argv[0],
+          "' did not start it within ", kGuardStartTimeout.count(), "s"));
+    }
+    char chunk[512];
+    const ssize_t n = read(report_read.get(), chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    message.append(chunk, static_cast<size_t>(n));
+  }
+  if (message.empty()) return guard;
+  (void)(*guard)->Wait(Steady::now() + kKillWait);
+  // "<code>:<message>", as the guard's Report writes it.
+  const size_t colon = message.find(':');
+  int code = static_cast<int>(absl::StatusCode::kUnknown);
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(message).substr(0, colon), &code)) {
+    return absl::UnknownError(message);
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code),
+                      message.substr(colon + 1));
 }
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::StartOnThisThread(
@@ -480,9 +548,15 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::StartOnThisThread(
   sigset_t all, saved;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &saved);
-  const pid_t pid = fork();
-  if (pid == 0) RunChild(plan);
-  const int fork_errno = errno;
+  // Registered as ours while forked, so an adopted-children scan never takes
+  // it for an orphan (lib/process/adopted.h).
+  int fork_errno = 0;
+  const pid_t pid = process_internal::ForkRegistered([&] {
+    const pid_t forked = fork();
+    if (forked == 0) RunChild(plan);
+    fork_errno = errno;
+    return forked;
+  });
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     return absl::ErrnoToStatus(fork_errno,
@@ -510,6 +584,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::StartOnThisThread(
     int wstatus;
     while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
     }
+    process_internal::Unregister(pid);
     if (got < sizeof(report)) {
       return absl::InternalError(
           absl::StrCat("subprocess '", name, "': truncated exec-error report"));
@@ -525,6 +600,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::StartOnThisThread(
     int wstatus;
     while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
     }
+    process_internal::Unregister(pid);
     return absl::ErrnoToStatus(
         error, absl::StrCat("pidfd_open for '", name, "' (pid ", pid, ")"));
   }
@@ -554,6 +630,7 @@ Subprocess::~Subprocess() {
 
 void Subprocess::Reaped(const ExitStatus& status) {
   exit_status_ = status;
+  process_internal::Unregister(pid_);
   // Once the group is empty it never gains members again, while its number
   // could be reused: never signal it after that.
   if (group_alive_ && killpg(pid_, 0) != 0 && errno == ESRCH) {

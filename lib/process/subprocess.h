@@ -30,6 +30,10 @@
 
 namespace aggregator {
 
+// The argument (argv[1]) that makes a guard program run RunProcessGuard
+// (lib/process/process_guard.h).
+inline constexpr char kProcessGuardFlag[] = "--process-guard";
+
 struct SubprocessOptions {
   // argv[0] is looked up on PATH when it has no '/'. Must not be empty.
   std::vector<std::string> argv;
@@ -48,6 +52,12 @@ struct SubprocessOptions {
   // stdout and stderr go to pipes the parent reads (stdout_fd(), stderr_fd());
   // otherwise they are inherited.
   bool capture_output = true;
+  // When set: a program that runs RunProcessGuard (lib/process/process_guard.h)
+  // when given `--process-guard`, started in the child's place to start argv
+  // and make sure no descendant outlives the child. pid() is then the
+  // guard's; its exit status is the child's; Start still fails, naming the
+  // program, when argv cannot be executed.
+  std::string guard_program;
 };
 
 // How a child ended.
@@ -120,6 +130,9 @@ class Subprocess {
   Subprocess() = default;
   // Start's work, on the spawner thread.
   static absl::StatusOr<std::unique_ptr<Subprocess>> StartOnThisThread(
+      const SubprocessOptions& options);
+  // Start through options.guard_program.
+  static absl::StatusOr<std::unique_ptr<Subprocess>> StartGuarded(
       const SubprocessOptions& options);
 
   // Caches the status and notes whether the process group has emptied.

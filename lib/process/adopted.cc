@@ -1,0 +1,118 @@
+#include "lib/process/adopted.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "lib/base/mutex.h"
+
+namespace aggregator {
+namespace {
+
+// How long KillAdopted waits between rounds for SIGKILLed children to end.
+constexpr std::chrono::milliseconds kRoundWait(5);
+
+Mutex& RegistryMutex() {
+  static Mutex* mu = new Mutex();
+  return *mu;
+}
+
+std::set<pid_t>& Owned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(RegistryMutex()) {
+  static std::set<pid_t>* owned = new std::set<pid_t>();
+  return *owned;
+}
+
+// This process's children: each /proc/<pid>/stat whose ppid is us, with its
+// state ('Z' for a zombie).
+std::vector<std::pair<pid_t, char>> Children() {
+  std::vector<std::pair<pid_t, char>> children;
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return children;
+  while (dirent* entry = readdir(proc)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
+    std::ifstream in("/proc/" + std::string(entry->d_name) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    const size_t close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close_paren + 1));
+    char state = 0;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == self) children.emplace_back(pid, state);
+  }
+  closedir(proc);
+  return children;
+}
+
+}  // namespace
+
+absl::Status BecomeChildSubreaper() {
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    return absl::ErrnoToStatus(errno, "prctl(PR_SET_CHILD_SUBREAPER)");
+  }
+  return absl::OkStatus();
+}
+
+int ReapExitedAdopted() {
+  MutexLock lock(&RegistryMutex());
+  int reaped = 0;
+  for (const auto& [pid, state] : Children()) {
+    if (state != 'Z' || Owned().count(pid) != 0) continue;
+    if (waitpid(pid, nullptr, WNOHANG) == pid) ++reaped;
+  }
+  return reaped;
+}
+
+int KillAdopted(std::chrono::steady_clock::time_point deadline) {
+  int killed = 0;
+  for (;;) {
+    std::vector<pid_t> adopted;
+    {
+      MutexLock lock(&RegistryMutex());
+      for (const auto& [pid, state] : Children()) {
+        if (Owned().count(pid) != 0) continue;
+        if (state != 'Z') kill(pid, SIGKILL);
+        adopted.push_back(pid);
+      }
+      for (pid_t pid : adopted) {
+        if (waitpid(pid, nullptr, WNOHANG) == pid) ++killed;
+      }
+    }
+    if (adopted.empty() || std::chrono::steady_clock::now() >= deadline) {
+      return killed;
+    }
+    // Their children were adopted in turn, or a SIGKILL has not landed yet.
+    std::this_thread::sleep_for(kRoundWait);
+  }
+}
+
+namespace process_internal {
+
+pid_t ForkRegistered(const std::function<pid_t()>& fork_child) {
+  MutexLock lock(&RegistryMutex());
+  const pid_t pid = fork_child();
+  if (pid > 0) Owned().insert(pid);
+  return pid;
+}
+
+void Unregister(pid_t pid) {
+  MutexLock lock(&RegistryMutex());
+  Owned().erase(pid);
+}
+
+}  // namespace process_internal
+}  // namespace aggregator
