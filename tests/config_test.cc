@@ -908,6 +908,21 @@ TEST_CASE("LoadConfigFile reads a file and names it", "[config]") {
   CHECK(config->workers[0].replicas == 2);
 }
 
+TEST_CASE("A FIFO at the config path is refused at once, never opened to read",
+          "[config]") {
+  // Regression: open() of a FIFO blocked until a writer came, hanging
+  // --check and the signal thread of a SIGHUP reload.
+  const std::string fifo = MakeTempDir() + "/aggregator.yaml";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  const auto started = std::chrono::steady_clock::now();
+  absl::StatusOr<AggregatorConfig> config =
+      LoadConfigFile(fifo, std::chrono::seconds(5));
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(2));
+  CHECK(config.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(config.status().message() ==
+        fifo + ": cannot read configuration: it is a FIFO, not a regular file");
+}
+
 TEST_CASE("LoadConfigFile reports a file it cannot read", "[config]") {
   const std::string dir = MakeTempDir();
   const std::string missing = dir + "/missing.yaml";
@@ -918,8 +933,10 @@ TEST_CASE("LoadConfigFile reports a file it cannot read", "[config]") {
 
   config = LoadConfigFile(dir);
   CHECK_FALSE(config.ok());
-  CHECK(config.status().message() ==
-        dir + ": cannot read configuration: Is a directory");
+  CHECK(
+      config.status().message() ==
+      dir +
+          ": cannot read configuration: it is a directory, not a regular file");
 
   const std::string unreadable = dir + "/unreadable.yaml";
   WriteText(unreadable, "listen: \"h:1\"\n");

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,9 +11,11 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "lib/base/mutex.h"
 #include "yaml-cpp/yaml.h"
 
 namespace aggregator {
@@ -925,14 +929,35 @@ class Parser {
   std::vector<WorkerFields> worker_fields_;
 };
 
+// What a path that is not a regular file is, for the error message.
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 // Reads all of `path`, or says why not (errno's text, status code from errno).
+// Opened without blocking and refused unless it is a regular file, so a FIFO
+// or a device at the path cannot stall the reader.
 absl::Status ReadFile(const std::string& path, std::string* out) {
   const std::string context = absl::StrCat(path, ": cannot read configuration");
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::ErrnoToStatus(errno, context);
+  struct stat info;
   absl::Status status;
+  if (fstat(fd, &info) != 0) {
+    status = absl::ErrnoToStatus(errno, context);
+  } else if (!S_ISREG(info.st_mode)) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        context, ": it is ", FileKind(info.st_mode), ", not a regular file"));
+  } else if (static_cast<uint64_t>(info.st_size) > kMaxFileBytes) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat(context, ": larger than 16MiB, not a configuration file"));
+  }
   char buffer[64 * 1024];
-  while (true) {
+  while (status.ok()) {
     ssize_t n = read(fd, buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
@@ -944,7 +969,6 @@ absl::Status ReadFile(const std::string& path, std::string* out) {
     if (out->size() > kMaxFileBytes) {
       status = absl::InvalidArgumentError(absl::StrCat(
           context, ": larger than 16MiB, not a configuration file"));
-      break;
     }
   }
   close(fd);
@@ -963,6 +987,33 @@ absl::StatusOr<AggregatorConfig> LoadConfigFile(const std::string& path) {
   absl::Status status = ReadFile(path, &text);
   if (!status.ok()) return status;
   return ParseConfig(text, path);
+}
+
+absl::StatusOr<AggregatorConfig> LoadConfigFile(
+    const std::string& path, std::chrono::milliseconds timeout) {
+  // The read runs on a thread of its own that may be left behind (a file on
+  // a stalled network file system): it owns what it uses.
+  struct Shared {
+    Mutex mu;
+    std::optional<absl::StatusOr<AggregatorConfig>> result ABSL_GUARDED_BY(mu);
+  };
+  auto shared = std::make_shared<Shared>();
+  std::thread([shared, path] {
+    absl::StatusOr<AggregatorConfig> loaded = LoadConfigFile(path);
+    MutexLock lock(&shared->mu);
+    shared->result = std::move(loaded);
+  }).detach();
+  MutexLock lock(&shared->mu);
+  auto done = [&shared]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) {
+    return shared->result.has_value();
+  };
+  if (!shared->mu.AwaitWithTimeout(absl::Condition(&done),
+                                   absl::FromChrono(timeout))) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(path, ": cannot read configuration: not read within ",
+                     timeout.count(), "ms"));
+  }
+  return *std::move(shared->result);
 }
 
 }  // namespace aggregator

@@ -5,6 +5,7 @@
 #ifndef LIB_CONFIG_CONFIG_LOADER_H_
 #define LIB_CONFIG_CONFIG_LOADER_H_
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -24,8 +25,15 @@ absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
                                              std::string_view source);
 
 // Reads and parses a file. A missing or unreadable file is NOT_FOUND /
-// PERMISSION_DENIED naming the path.
+// PERMISSION_DENIED naming the path; a FIFO, directory or device is
+// INVALID_ARGUMENT (it is opened without blocking and never read), and so is
+// a file over 16 MiB.
 absl::StatusOr<AggregatorConfig> LoadConfigFile(const std::string& path);
+
+// The same, giving up after `timeout` (DEADLINE_EXCEEDED): the read runs on a
+// thread of its own, so a file system that stalls cannot stall the caller.
+absl::StatusOr<AggregatorConfig> LoadConfigFile(
+    const std::string& path, std::chrono::milliseconds timeout);
 
 }  // namespace aggregator
 
