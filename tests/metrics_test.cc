@@ -134,7 +134,8 @@ TEST_CASE(
         done->set_value(false);
         return;
       }
-      (*endpoint)->Stop();
+      (*endpoint)->Stop(std::chrono::steady_clock::now() +
+                        std::chrono::seconds(5));
     }
     done->set_value(true);
   }).detach();

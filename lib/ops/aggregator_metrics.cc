@@ -34,6 +34,10 @@ class AggregatorMetrics::Collecting : public prometheus::Collectable {
     MutexLock lock(&mu_);
     collectors_.push_back(std::move(collect));
   }
+  void Clear() {
+    MutexLock lock(&mu_);
+    collectors_.clear();
+  }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     {
@@ -110,6 +114,8 @@ std::shared_ptr<prometheus::Collectable> AggregatorMetrics::collectable()
 void AggregatorMetrics::AddCollector(std::function<void()> collect) {
   collectable_->Add(std::move(collect));
 }
+
+void AggregatorMetrics::ClearCollectors() { collectable_->Clear(); }
 
 void AggregatorMetrics::Served(const char* rpc, grpc::StatusCode code,
                                double seconds) {

@@ -38,6 +38,9 @@ class AggregatorMetrics {
   // `collect` runs before each scrape and sets figures from other state (the
   // Set* methods). Add collectors before the first scrape.
   void AddCollector(std::function<void()> collect);
+  // Removes every collector, waiting for a scrape running them to finish:
+  // after it, no scrape touches what they captured.
+  void ClearCollectors();
 
   void Served(const char* rpc, grpc::StatusCode code, double seconds);
   void LearnerCall(const std::string& learner, const char* rpc,

@@ -24,6 +24,7 @@ constexpr char kThreads[] = "2";
 constexpr char kRequestTimeoutMs[] = "10000";
 // How often Stop knocks on the listener while civetweb stops.
 constexpr std::chrono::milliseconds kKnockPeriod(5);
+constexpr std::chrono::seconds kDestructorStop(2);
 
 // Opens and closes one connection to `address` (a numeric host), so a server
 // blocked in poll() on its listener wakes up.
@@ -75,22 +76,31 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
   return self;
 }
 
-MetricsEndpoint::~MetricsEndpoint() { Stop(); }
+MetricsEndpoint::~MetricsEndpoint() {
+  Stop(std::chrono::steady_clock::now() + kDestructorStop);
+}
 
-void MetricsEndpoint::Stop() {
-  if (exposer_ == nullptr) return;
+bool MetricsEndpoint::Stop(std::chrono::steady_clock::time_point deadline) {
+  if (exposer_ == nullptr) return true;
   // civetweb's accept loop looks at its stop flag only between polls of the
   // listener, which wait up to 2 s: knocking on the listener ends the wait.
-  std::atomic<bool> stopped{false};
-  std::thread stopper([this, &stopped] {
-    exposer_.reset();
-    stopped = true;
+  // Its workers finish the requests they serve first, so a slow client could
+  // hold the stop: the stopping thread owns the server and may outlive us.
+  auto stopped = std::make_shared<std::atomic<bool>>(false);
+  std::thread stopper([exposer = std::move(exposer_), stopped]() mutable {
+    exposer.reset();
+    stopped->store(true);
   });
-  while (!stopped) {
+  while (!stopped->load()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      stopper.detach();
+      return false;
+    }
     Knock(dial_);
     std::this_thread::sleep_for(kKnockPeriod);
   }
   stopper.join();
+  return true;
 }
 
 }  // namespace aggregator

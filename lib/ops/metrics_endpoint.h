@@ -8,6 +8,7 @@
 
 #include <prometheus/collectable.h>
 
+#include <chrono>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -29,12 +30,15 @@ class MetricsEndpoint {
 
   // The bound port.
   int port() const { return port_; }
-  // Stops serving; returns once the server's threads have ended.
-  void Stop();
+  // Stops serving: returns once the server's threads have ended, or at
+  // `deadline` (a client that holds a request open cannot hold the caller; the
+  // server then finishes stopping on a thread of its own, which owns it).
+  // Returns whether it stopped in time. The destructor stops with a 2 s bound.
+  bool Stop(std::chrono::steady_clock::time_point deadline);
 
  private:
   MetricsEndpoint() = default;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Exposer> exposer_;
   HostPort dial_;  // where a client on this host reaches the listener
   int port_ = 0;
 };
