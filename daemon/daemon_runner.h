@@ -1,10 +1,10 @@
 // RunDaemon: aggregatord's life from parsed flags to exit code: load and
-// validate the configuration, start the server, wait for signals, drain and
-// stop. main() only parses flags into DaemonOptions and calls it.
+// validate the configuration, start the server and the metrics endpoint,
+// take signals (SIGHUP reloads, SIGTERM/SIGINT drain and stop), talk to
+// systemd. main() only parses flags into DaemonOptions and calls it.
 #ifndef DAEMON_DAEMON_RUNNER_H_
 #define DAEMON_DAEMON_RUNNER_H_
 
-#include <chrono>
 #include <string>
 
 namespace aggregator {
@@ -18,6 +18,12 @@ struct DaemonOptions {
   std::string log_level;  // overrides `log.level` when not empty
   bool check_only = false;
 };
+
+// Blocks the signals the daemon takes synchronously (SIGTERM, SIGINT, SIGHUP,
+// SIGUSR1, SIGCHLD) in the calling thread, and so in every thread it starts.
+// main() calls it before anything else, so a signal that arrives at start-up
+// waits for the signal loop instead of killing the process.
+void BlockDaemonSignals();
 
 // Exit codes: 0 after a clean stop or a passing --check; 1 for an invalid
 // configuration (the reasons on stderr, with file:line:column), 2 when the

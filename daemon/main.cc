@@ -1,10 +1,23 @@
 // aggregatord: flags in, RunDaemon out. Everything else lives in lib/.
 #include <CLI/CLI.hpp>
+#include <cstring>
 
 #include "daemon/daemon_runner.h"
 #include "lib/base/version.h"
+#include "lib/process/process_guard.h"
+
+// Before main(), as early as this binary's code runs: a SIGHUP or SIGTERM
+// that arrives during start-up waits for the signal loop instead of taking
+// the default action (which ends the process).
+__attribute__((constructor)) static void BlockSignalsAtLoad() {
+  aggregator::BlockDaemonSignals();
+}
 
 int main(int argc, char** argv) {
+  // The daemon starts its workers through itself, as their process guard.
+  if (argc > 1 && std::strcmp(argv[1], aggregator::kProcessGuardFlag) == 0) {
+    return aggregator::RunProcessGuard(argc, argv);
+  }
   aggregator::DaemonOptions options;
   CLI::App app{
       "aggregatord: serves the Learner API to a coordinator and fans each call "

@@ -204,7 +204,9 @@ TEST_CASE(
       daemon.process->Wait(std::chrono::steady_clock::now() + kLongWait);
   REQUIRE(exit.ok());
   CHECK(exit->ok());
-  CHECK_THAT(notify.last_status, Catch::Contains("learners ready"));
+  CHECK(notify.last_status ==
+        "STATUS=learners 1 of 1 ready; workers 0 of 0 running; config "
+        "generation 2");
 }
 
 TEST_CASE("A notify socket whose queue is full never stalls the daemon") {

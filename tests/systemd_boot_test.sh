@@ -31,9 +31,9 @@ show() { box "systemctl show -p $1 --value aggregatord"; }
 mark() { box 'journalctl -q -n 0 --show-cursor' | sed 's/^-- cursor: //'; }
 journal_after() { box "journalctl -q -u aggregatord --after-cursor='$1'"; }
 journal_has() { journal_after "$1" | grep "$2" >/dev/null; }  # not -q: pipefail
-# The example learners running in the container (this grep's own command line has
-# "[e]xample_learner", which the pattern does not match).
-learner_processes() { box "grep -l '[e]xample_learner' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"; }
+# The example learners running in the container, by process name (comm): not
+# their process guards, whose command lines name them too.
+learner_processes() { box "grep -lx 'example_learner' /proc/[0-9]*/comm 2>/dev/null | wc -l"; }
 active_running() { [ "$(show ActiveState)/$(show SubState)" = active/running ]; }
 soft_failures=()
 
@@ -67,10 +67,12 @@ active_running || fail "not active (running): $(show ActiveState)/$(show SubStat
 # Type=notify: systemd logs Started only once READY=1 arrived.
 journal_has "$since" 'Started aggregatord.service' || fail "no READY: systemd never logged Started"
 box 'systemctl status aggregatord --no-pager | head -12'
+# READY comes with min_learners (1) ready; the second learner follows shortly.
+both_ready() { [ "$(box 'aggregatorctl status' | grep -cE '^learner-[01] .* ready ')" -eq 2 ]; }
+wait_for 10 both_ready || { box 'aggregatorctl status'; fail "not both learners ready within 10 s"; }
 status=$(box 'aggregatorctl status')
 echo "$status"
 echo "$status" | sed -n 1p | grep ' ready ' >/dev/null || fail "aggregatorctl status: not ready"
-[ "$(echo "$status" | grep -cE '^learner-[01] .* ready ')" -eq 2 ] || fail "not both learners ready"
 
 # STATUS= in its one format (issue 16; the daemon's side of it).
 status_is() { [ "$(show StatusText)" = "$1" ]; }

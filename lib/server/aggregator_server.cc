@@ -44,8 +44,12 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   // Before the server starts, so status calls always find it; its workers
   // start only once the address is bound.
   WorkerManagerOptions worker_options;
-  worker_options.on_change = [raw] { raw->UpdateLearners(); };
+  worker_options.on_change = [raw] {
+    raw->UpdateLearners();
+    raw->Changed();
+  };
   worker_options.program_dirs = self->options_.program_dirs;
+  worker_options.guard_program = self->options_.guard_program;
   self->workers_ = std::make_unique<WorkerManager>(std::move(worker_options));
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -99,16 +103,19 @@ std::chrono::milliseconds AggregatorServer::config_drain_timeout() const {
 }
 
 void AggregatorServer::UpdateLearners() {
-  MutexLock lock(&learners_mu_);
-  // After Shutdown began the pool only drains; the manager is stopping.
-  if (shutting_down_) return;
-  std::vector<LearnerEndpoint> learners = config().learners;
-  for (LearnerEndpoint& endpoint : workers_->LearnerEndpoints()) {
-    learners.push_back(std::move(endpoint));
+  {
+    MutexLock lock(&learners_mu_);
+    // After Shutdown began the pool only drains; the manager is stopping.
+    if (shutting_down_) return;
+    std::vector<LearnerEndpoint> learners = config().learners;
+    for (LearnerEndpoint& endpoint : workers_->LearnerEndpoints()) {
+      learners.push_back(std::move(endpoint));
+    }
+    if (learner_set_.has_value() && *learner_set_ == learners) return;
+    learner_set_ = learners;
+    pool_->SetLearners(learners);
   }
-  if (learner_set_.has_value() && *learner_set_ == learners) return;
-  learner_set_ = learners;
-  pool_->SetLearners(learners);
+  Changed();  // the number of learners changed
 }
 
 std::string AggregatorServer::address() const {
@@ -123,17 +130,19 @@ bool AggregatorServer::WaitUntilReady(
 
 std::string AggregatorServer::Summary() const {
   size_t running = 0;
-  const auto workers = workers_->Status();
-  for (const auto& worker : workers) {
+  for (const WorkerSnapshot& worker : workers_->Status()) {
     if (worker.state == WorkerState::kRunning) ++running;
   }
-  std::string summary = absl::StrCat(pool_->ReadyCount(), " of ", pool_->size(),
-                                     " learners ready");
-  if (!workers.empty()) {
-    absl::StrAppend(&summary, "; ", running, " of ", workers.size(),
-                    " workers running");
-  }
-  return summary;
+  int configured = 0;
+  for (const WorkerSpec& worker : config().workers)
+    configured += worker.replicas;
+  return absl::StrCat("learners ", pool_->ReadyCount(), " of ", pool_->size(),
+                      " ready; workers ", running, " of ", configured,
+                      " running; config generation ", generation_.load());
+}
+
+void AggregatorServer::Changed() {
+  if (options_.on_change && !shutting_down_) options_.on_change();
 }
 
 void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
@@ -153,8 +162,8 @@ void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
                    min_learners);
     }
   }
-  if (options_.on_ready_change)
-    options_.on_ready_change(now_ready, ready, total);
+  if (options_.on_ready_change) options_.on_ready_change(now_ready);
+  Changed();
 }
 
 ServerStatus AggregatorServer::Status() const {
@@ -206,7 +215,9 @@ absl::StatusOr<ReloadResult> AggregatorServer::Reload(
   // min_learners may have changed: recompute readiness now.
   OnReadyChange(pool_->ReadyCount(), pool_->size());
   metrics_.Reloaded(true);
-  return ReloadResult{++generation_, *std::move(summary)};
+  ReloadResult result{++generation_, *std::move(summary)};
+  Changed();
+  return result;
 }
 
 bool AggregatorServer::Drain(std::chrono::steady_clock::time_point deadline) {
@@ -230,6 +241,9 @@ void AggregatorServer::Shutdown(
     if (shutting_down_.exchange(true) || server_ == nullptr) return;
     server_->GetHealthCheckService()->SetServingStatus(false);
   }
+  // A scrape still running (an endpoint that could not stop in time) must
+  // not reach into what is torn down below.
+  metrics_.ClearCollectors();
   server_->Shutdown(deadline);
   server_->Wait();
   // The pool goes first, so stopping learner workers is not reported as lost

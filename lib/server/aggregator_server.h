@@ -39,9 +39,15 @@ struct ServerOptions {
   // Where workers' relative programs are looked up after the working
   // directory (the daemon's runfiles; lib/workers/worker_program.h).
   std::vector<std::string> program_dirs;
-  // Whenever readiness or the learner counts change (from the pool's thread).
-  std::function<void(bool ready, size_t ready_learners, size_t learners)>
-      on_ready_change;
+  // The program that guards each worker's process tree (aggregatord itself;
+  // lib/process/process_guard.h); empty: none.
+  std::string guard_program;
+  // Whenever readiness is (re)computed, with its value (from the pool's
+  // thread or a reload).
+  std::function<void(bool ready)> on_ready_change;
+  // Whenever what Summary() says may have changed: learners, workers, the
+  // configuration generation. From any of the server's threads.
+  std::function<void()> on_change;
   // Serves AggregatorAdmin.Reload: re-reads the configuration and calls
   // Reload(). Without it the RPC answers UNIMPLEMENTED.
   std::function<absl::StatusOr<ReloadResult>()> reload;
@@ -68,7 +74,9 @@ class AggregatorServer {
   bool WaitUntilReady(std::chrono::steady_clock::time_point deadline) const;
   // drain_timeout of the configuration in force.
   std::chrono::milliseconds config_drain_timeout() const;
-  // "2 of 2 learners ready; 2 of 2 workers running", for systemd's STATUS=.
+  // "learners 2 of 2 ready; workers 2 of 2 running; config generation 1",
+  // for systemd's STATUS=: ready / known learners, running / configured
+  // worker replicas, the configuration generation.
   std::string Summary() const;
 
   // Applies a new, validated configuration: learners added and removed (calls
@@ -91,6 +99,8 @@ class AggregatorServer {
  private:
   AggregatorServer() = default;
   void OnReadyChange(size_t ready, size_t total);
+  // Calls options_.on_change (not once shutting down).
+  void Changed();
   ServerStatus Status() const;
   void CollectMetrics();
   // Gives the pool config.learners + the learner workers' endpoints, if that

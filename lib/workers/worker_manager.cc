@@ -390,6 +390,7 @@ void WorkerManager::StartReplica(Worker& worker, Replica& replica) {
 
   absl::StatusOr<SubprocessOptions> options =
       ReplicaSubprocessOptions(spec, replica.index, options_.program_dirs);
+  if (options.ok()) options->guard_program = options_.guard_program;
   absl::StatusOr<std::unique_ptr<Subprocess>> process =
       options.ok() ? Subprocess::Start(*options) : options.status();
   if (!process.ok()) {

@@ -43,8 +43,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "lib/base/mutex.h"
 #include "lib/base/clock.h"
+#include "lib/base/mutex.h"
 #include "lib/config/config.h"
 #include "lib/process/subprocess.h"
 #include "lib/workers/restart_policy.h"
@@ -88,6 +88,9 @@ struct WorkerManagerOptions {
   // Where relative programs are looked up after the working directory
   // (lib/workers/worker_program.h); the daemon passes its runfiles.
   std::vector<std::string> program_dirs;
+  // When set, every replica runs under this process guard
+  // (SubprocessOptions::guard_program): none of its descendants outlives it.
+  std::string guard_program;
   // Called on the manager thread, without the manager's lock held, whenever
   // what Status() or LearnerEndpoints() return has changed. It may call the
   // manager's const methods; it must not call Apply, Sync or Shutdown.
