@@ -23,6 +23,7 @@ extern "C" {
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -333,6 +334,100 @@ TEST_CASE("A SIGTERMed aggregatord stops its workers and exits 0") {
     INFO("worker pid " << pid);
     CHECK(testing::ExitsWithin(pid, milliseconds(0)));
   }
+}
+
+// A worker with two descendants: one in its process group that ignores
+// SIGTERM, and one that left it with setsid(). The worker prints their pids.
+std::string FamilyConfig(const std::string& dir) {
+  WriteText(dir + "/family.sh",
+            "sh -c 'trap \"\" TERM; exec sleep 1000' &\n"
+            "echo \"group pid $!\"\n"
+            "setsid sleep 1000 &\n"
+            "echo \"session pid $!\"\n"
+            "exec sleep 1000\n");
+  return absl::StrCat(
+      "listen: \"127.0.0.1:0\"\n"
+      "metrics: {listen: \"127.0.0.1:0\"}\n"
+      "min_learners: 0\n"
+      "workers:\n"
+      "  - name: family\n"
+      "    command: [sh, \"",
+      dir, "/family.sh\"]\n");
+}
+
+struct Family {
+  std::unique_ptr<Subprocess> daemon;
+  std::string dir;
+  std::vector<pid_t> descendants;  // in the worker's group, and setsid()ed
+};
+
+Family StartFamily() {
+  Family family;
+  family.dir = testing::TempDir();
+  WriteText(family.dir + "/aggregator.yaml", FamilyConfig(family.dir));
+  family.daemon =
+      StartDaemon({"--config", family.dir + "/aggregator.yaml"}, family.dir);
+  auto pid_after = [](const std::string& line, const std::string& marker) {
+    int pid = 0;
+    REQUIRE(
+        absl::SimpleAtoi(line.substr(line.find(marker) + marker.size()), &pid));
+    return pid;
+  };
+  const std::vector<std::string> lines = ReadLogUntilAll(
+      *family.daemon, {"[family-0] group pid ", "[family-0] session pid "});
+  family.descendants = {pid_after(lines[0], "group pid "),
+                        pid_after(lines[1], "session pid ")};
+  // The second has left the worker's session (or is about to: setsid runs
+  // right after the fork).
+  const pid_t session_leader = family.descendants[1];
+  const Steady::time_point deadline = Steady::now() + kLongWait;
+  while (getsid(session_leader) != session_leader) {
+    REQUIRE(Steady::now() < deadline);
+    std::this_thread::yield();
+  }
+  for (pid_t pid : family.descendants) REQUIRE(kill(pid, 0) == 0);
+  return family;
+}
+
+void CheckDescendantsGone(const Family& family) {
+  for (pid_t pid : family.descendants) {
+    INFO("descendant pid " << pid);
+    CHECK(testing::ExitsWithin(pid, kLongWait));
+  }
+}
+
+TEST_CASE("No descendant of a worker outlives a SIGKILLed aggregatord") {
+  // Regression: a grandchild in the worker's group, and one that called
+  // setsid(), survived the daemon's SIGKILL (reparented to init).
+  Family family = StartFamily();
+  REQUIRE(family.daemon->Signal(SIGKILL).ok());
+  REQUIRE(family.daemon->Wait(Steady::now() + kLongWait).ok());
+  CheckDescendantsGone(family);
+}
+
+TEST_CASE("No descendant of a worker outlives a SIGTERMed aggregatord") {
+  Family family = StartFamily();
+  REQUIRE(family.daemon->Signal(SIGTERM).ok());
+  absl::StatusOr<ExitStatus> exit =
+      family.daemon->Wait(Steady::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+  CheckDescendantsGone(family);
+}
+
+TEST_CASE("No descendant of a worker outlives the worker's stop") {
+  // A reload that removes the worker stops it; the daemon runs on.
+  Family family = StartFamily();
+  WriteText(family.dir + "/aggregator.yaml",
+            "listen: \"127.0.0.1:0\"\n"
+            "metrics: {listen: \"127.0.0.1:0\"}\n"
+            "min_learners: 0\n");
+  REQUIRE(family.daemon->Signal(SIGHUP).ok());
+  ReadLogUntil(*family.daemon, "worker family-0 (pid");
+  CheckDescendantsGone(family);
+  REQUIRE(kill(family.daemon->pid(), 0) == 0);
+  REQUIRE(family.daemon->Signal(SIGTERM).ok());
+  REQUIRE(family.daemon->Wait(Steady::now() + kLongWait).ok());
 }
 
 TEST_CASE("The default configuration finds example_learner in the runfiles") {
