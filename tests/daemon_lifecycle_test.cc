@@ -1,12 +1,14 @@
 // aggregatord's life under an operator: systemd notifications (a real
 // NOTIFY_SOCKET), reloads by SIGHUP and by AggregatorAdmin.Reload, and draining
 // on SIGTERM. The daemon runs as a real process; learners are in-process peers.
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <future>
 #include <thread>
@@ -410,4 +412,45 @@ TEST_CASE("Reload scales workers and changes the log level") {
       daemon.process->Wait(std::chrono::steady_clock::now() + kLongWait);
   REQUIRE(exit.ok());
   CHECK(exit->ok());
+}
+
+TEST_CASE("A slow metrics client cannot hold the daemon's exit") {
+  // Regression: one connection to the metrics port that sent a header line
+  // every 2 s kept the daemon from exiting for 40+ s after SIGTERM.
+  const std::string dir = TempDir();
+  auto learner = StartLearner();
+  const std::string config =
+      WriteFile(dir + "/a.yaml", Config({{"l0", learner->address}}));
+  Daemon daemon(config);
+  const std::string line = daemon.Log("metrics on http://127.0.0.1:");
+  const size_t at = line.find("127.0.0.1:") + 10;
+  const int port = std::stoi(line.substr(at));
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  // A request that never ends: a header line, then another every 200 ms, for
+  // as long as the test runs.
+  std::atomic<bool> done{false};
+  std::thread slow_client([&] {
+    const std::string start = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // pacing
+      send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL);
+    }
+  });
+  REQUIRE(daemon.process->Signal(SIGTERM).ok());
+  const auto signalled = std::chrono::steady_clock::now();
+  auto exit = daemon.process->Wait(signalled + kLongWait);
+  done = true;
+  slow_client.join();
+  close(fd);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+  // Drain (nothing in flight) plus the metrics stop's 2 s deadline.
+  CHECK(std::chrono::steady_clock::now() - signalled < std::chrono::seconds(6));
 }
