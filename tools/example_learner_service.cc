@@ -181,6 +181,8 @@ absl::StatusOr<std::unique_ptr<ExampleLearnerServer>> StartExampleLearner(
       max_message_bytes > INT_MAX ? INT_MAX : max_message_bytes);
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(limit);
+  // A second learner on the same port must fail to bind, not share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
                            &running->port);
   builder.RegisterService(running->learner.get());

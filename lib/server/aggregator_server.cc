@@ -15,6 +15,11 @@ namespace aggregator {
 namespace {
 
 constexpr char kLearnerServiceName[] = "aggregator.v1.Learner";
+// While a call is open, its connection is pinged after a minute of silence and
+// closed when no answer comes within 20 s: a coordinator that vanished
+// without a FIN does not hold its call (and its batch) until the deadline.
+constexpr int kKeepaliveTimeMs = 60 * 1000;
+constexpr int kKeepaliveTimeoutMs = 20 * 1000;
 
 }  // namespace
 
@@ -59,6 +64,18 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
       static_cast<int>(std::min<int64_t>(config.max_message_bytes, INT_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(limit);
+  // A second daemon on the same address must fail to bind, not share it.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(self->options_.handshake_timeout.count()));
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(self->options_.idle_timeout.count()));
+  // Pings on quiet connections find peers that vanished without a FIN.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             kKeepaliveTimeoutMs);
   builder.AddListeningPort(config.listen.ToString(),
                            grpc::InsecureServerCredentials(), &self->port_);
   builder.RegisterService(self->learner_service_.get());

@@ -48,6 +48,12 @@ struct ServerOptions {
   // Whenever what Summary() says may have changed: learners, workers, the
   // configuration generation. From any of the server's threads.
   std::function<void()> on_change;
+  // A connection that has not sent its HTTP/2 preface and settings by then is
+  // closed: a client that connects and says nothing holds no file for long.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  // A connection with no call for this long is sent GOAWAY (a client simply
+  // reconnects on its next call).
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
   // Serves AggregatorAdmin.Reload: re-reads the configuration and calls
   // Reload(). Without it the RPC answers UNIMPLEMENTED.
   std::function<absl::StatusOr<ReloadResult>()> reload;

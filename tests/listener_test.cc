@@ -1,0 +1,87 @@
+// The aggregator's gRPC listener keeps its connections honest: a second
+// aggregator cannot bind the same address, a connection that never speaks is
+// closed after the handshake timeout, an idle one is sent GOAWAY.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/test_cluster.h"
+
+using namespace aggregator::testing;
+
+namespace {
+
+std::unique_ptr<aggregator::AggregatorServer> StartWith(
+    aggregator::ServerOptions options) {
+  auto server = aggregator::AggregatorServer::Start(FastConfig({}, 0),
+                                                    std::move(options));
+  REQUIRE(server.ok());
+  return *std::move(server);
+}
+
+}  // namespace
+
+TEST_CASE("A second aggregator on a bound address fails, naming it") {
+  // Regression: gRPC bound with SO_REUSEPORT, so a second daemon on the same
+  // listen started and took half of the new connections.
+  auto first = StartAggregator(FastConfig({}, 0));
+  aggregator::AggregatorConfig config = FastConfig({}, 0);
+  config.listen = aggregator::HostPort::Tcp("127.0.0.1", first->port());
+  auto second = aggregator::AggregatorServer::Start(config);
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(second.status().message()),
+             Catch::Contains(config.listen.ToString()) &&
+                 Catch::Contains("already in use"));
+}
+
+TEST_CASE("A connection that never speaks is closed at the handshake timeout") {
+  aggregator::ServerOptions options;
+  options.handshake_timeout = milliseconds(300);
+  auto server = StartWith(options);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  // The server speaks first (its SETTINGS); then, with nothing from us, it
+  // must hang up.
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  bool closed = false;
+  while (!closed && Clock::now() < deadline) {
+    pollfd pfd = {fd, POLLIN, 0};
+    REQUIRE(poll(&pfd, 1, 100) >= 0);
+    if (pfd.revents == 0) continue;
+    char buffer[4096];
+    closed = recv(fd, buffer, sizeof(buffer), 0) <= 0;
+  }
+  close(fd);
+  CHECK(closed);
+}
+
+TEST_CASE("An idle connection is sent GOAWAY after the idle timeout") {
+  aggregator::ServerOptions options;
+  options.idle_timeout = milliseconds(300);
+  auto server = StartWith(options);
+  auto channel = grpc::CreateChannel(server->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckResponse response;
+  REQUIRE(health->Check(Deadline().get(), {}, &response).ok());
+  REQUIRE(channel->GetState(false) == GRPC_CHANNEL_READY);
+  // GOAWAY takes a client channel from READY back to IDLE.
+  const auto deadline =
+      std::chrono::system_clock::now() + std::chrono::seconds(5);
+  while (channel->GetState(false) == GRPC_CHANNEL_READY &&
+         channel->WaitForStateChange(GRPC_CHANNEL_READY, deadline)) {
+  }
+  CHECK(channel->GetState(false) == GRPC_CHANNEL_IDLE);
+  // And the next call simply reconnects.
+  CHECK(health->Check(Deadline().get(), {}, &response).ok());
+}
