@@ -280,6 +280,25 @@ TEST_CASE("A replica's process sees its expanded argv, env and cwd") {
       absl::StrCat("[tmpl-0] args tmpl 30000 env 0 127.0.0.1:30000 pwd ", dir));
 }
 
+TEST_CASE("Worker output is sanitised and rate-limited, with a count") {
+  Harness harness;
+  WorkerSpec forge = Shell("forge", "printf 'a\\000b\\rcritical forged\\n'");
+  forge.restart = RestartPolicy::kNever;
+  // 3000 lines at once: the burst (1000) passes, the rest is counted.
+  WorkerSpec chatty = Shell("chatty",
+                            "i=0; while [ $i -lt 3000 ]; do echo \"n $i\"; "
+                            "i=$((i+1)); done");
+  chatty.restart = RestartPolicy::kNever;
+  harness.Apply({forge, chatty});
+  CHECK(Logs{}.WaitFor("[forge-0] ") ==
+        "[forge-0] a\\x00b\\x0dcritical forged");
+  const std::string dropped = Logs{}.WaitFor("[chatty-0] (");
+  CHECK_THAT(dropped, Contains("lines dropped: output over 200 lines/s"));
+  const size_t logged = Logs{}.Count("[chatty-0] n ");
+  CHECK(logged >= 1000);
+  CHECK(logged < 1100);  // the burst, and what the rate let through meanwhile
+}
+
 TEST_CASE("Relative programs: the working directory, then the runfiles") {
   const std::string cwd = testing::TempDir();
   const std::string first = testing::TempDir();

@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "lib/workers/restart_policy.h"
+#include "lib/workers/worker_output.h"
 #include "lib/workers/worker_program.h"
 
 namespace aggregator {
@@ -31,9 +32,6 @@ using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
 using TimePoint = Clock::TimePoint;
 
-// A line longer than this is logged in pieces, so a child that never prints a
-// newline cannot grow the daemon's memory.
-constexpr size_t kMaxLineBytes = 16 * 1024;
 // Read at most this much of one stream per wake-up, so one chatty child cannot
 // starve the others.
 constexpr size_t kReadBudget = 64 * 1024;
@@ -118,8 +116,13 @@ const char* WorkerStateName(WorkerState state) {
 
 // One replica: its process (if any) and its restart bookkeeping.
 struct WorkerManager::Replica {
-  Replica(const std::string& name, int index)
-      : index(index), label(absl::StrCat(name, "-", index)) {}
+  Replica(const std::string& name, int index, const Clock* clock)
+      : index(index),
+        label(absl::StrCat(name, "-", index)),
+        // Kept across restarts: a crash loop does not refill the bucket.
+        output(WorkerOutputOptions{}, clock, [this](const std::string& line) {
+          spdlog::info("[{}] {}", label, line);
+        }) {}
 
   const int index;
   const std::string label;                 // "<name>-<index>", for logs
@@ -128,8 +131,7 @@ struct WorkerManager::Replica {
   std::unique_ptr<Subprocess> process;  // stop escalation: see Subprocess
   bool out_open = false;
   bool err_open = false;
-  std::string out_partial;  // output after the last newline
-  std::string err_partial;
+  WorkerOutput output;  // its stdout and stderr, as log lines
   TimePoint started_at{};
   // STARTING: when it counts as running. BACKOFF: when it restarts.
   TimePoint due{};
@@ -357,7 +359,7 @@ void WorkerManager::Reconcile(const std::vector<WorkerSpec>& specs) {
     }
     for (int index = 0; index < spec.replicas; ++index) {
       if (worker.replicas.count(index) != 0) continue;
-      auto replica = std::make_unique<Replica>(spec.name, index);
+      auto replica = std::make_unique<Replica>(spec.name, index, clock_);
       replica->spec = shared;
       Replica& ref = *replica;
       worker.replicas.emplace(index, std::move(replica));
@@ -546,12 +548,9 @@ void WorkerManager::ReadOutput(Replica& replica, bool from_stderr,
   if (!open || replica.process == nullptr) return;
   const int fd =
       from_stderr ? replica.process->stderr_fd() : replica.process->stdout_fd();
-  std::string& partial =
-      from_stderr ? replica.err_partial : replica.out_partial;
-  auto emit = [&](absl::string_view line) {
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    spdlog::info("[{}] {}", replica.label, std::string(line));
-  };
+  const WorkerOutput::Stream stream = from_stderr
+                                          ? WorkerOutput::Stream::kStderr
+                                          : WorkerOutput::Stream::kStdout;
   size_t read_bytes = 0;
   char chunk[16 * 1024];
   while (read_bytes < budget) {
@@ -565,32 +564,17 @@ void WorkerManager::ReadOutput(Replica& replica, bool from_stderr,
                      std::string(strerror(errno)));
       }
       open = false;
-      if (!partial.empty()) emit(std::exchange(partial, std::string()));
+      replica.output.Finish(stream);
       return;
     }
     read_bytes += static_cast<size_t>(n);
-    partial.append(chunk, static_cast<size_t>(n));
-    size_t start = 0;
-    for (size_t newline;
-         (newline = partial.find('\n', start)) != std::string::npos;
-         start = newline + 1) {
-      emit(absl::string_view(partial).substr(start, newline - start));
-    }
-    partial.erase(0, start);
-    while (partial.size() >= kMaxLineBytes) {
-      emit(absl::string_view(partial).substr(0, kMaxLineBytes));
-      partial.erase(0, kMaxLineBytes);
-    }
+    replica.output.Append(stream,
+                          absl::string_view(chunk, static_cast<size_t>(n)));
   }
 }
 
 void WorkerManager::CloseProcess(Replica& replica) {
-  for (std::string* partial : {&replica.out_partial, &replica.err_partial}) {
-    if (!partial->empty()) {
-      spdlog::info("[{}] {}", replica.label,
-                   std::exchange(*partial, std::string()));
-    }
-  }
+  replica.output.Flush();
   replica.out_open = false;
   replica.err_open = false;
   // Kills what is left of the process group and closes the pipes.
