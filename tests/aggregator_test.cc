@@ -497,3 +497,42 @@ TEST_CASE(
   CHECK(resource.gpus() == 1);
   CHECK(resource.learners() == 1);
 }
+
+TEST_CASE("A Learn past max_inflight_bytes is refused at once, named") {
+  // Learns are held by a slow learner; the budget fits one batch, not two.
+  aggregator::ExampleLearnerOptions slow;
+  slow.delay = milliseconds(1500);
+  slow.delay_on = "Learn";
+  Cluster cluster(1, 1, slow);
+  cluster.config.service.max_inflight_bytes = 300 * 1024;
+  cluster.Start();
+  auto learn_one = [&](const std::string& prefix) {
+    pb::DataDemand demand = GetData(*cluster.stub);
+    pb::LearnRequest batch =
+        Batch(static_cast<int>(demand.batch_size()), prefix, 200 * 1024 / 32);
+    batch.set_plan_id(demand.plan_id());
+    return batch;
+  };
+  const pb::LearnRequest first = learn_one("a");
+  const pb::LearnRequest second = learn_one("b");
+  const int64_t calls_before = cluster.servers[0]->learner->calls();
+  auto held = std::async(std::launch::async, [&] {
+    pb::LearnReply reply;
+    return Learn(*LearnerStub(cluster.aggregator->address()), first, &reply)
+        .error_code();
+  });
+  // Once the learner has the first Learn, the aggregator holds its lease.
+  REQUIRE(Eventually(
+      [&] { return cluster.servers[0]->learner->calls() > calls_before; }));
+  const auto refused_at = Clock::now();
+  pb::LearnReply reply;
+  const grpc::Status refused = Learn(*cluster.stub, second, &reply);
+  CHECK(Clock::now() - refused_at < milliseconds(1000));  // not after the hold
+  CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(refused.error_message(),
+             Catch::Contains("would exceed max_inflight_bytes (307200 bytes"));
+  CHECK(held.get() == grpc::StatusCode::OK);
+  // The budget is back once the first Learn is done: the second plan, still
+  // unused, trains.
+  CHECK(Learn(*cluster.stub, second, &reply).ok());
+}

@@ -247,11 +247,11 @@ TEST_CASE("max_message_bytes takes bytes or a binary unit", "[config]") {
         c.bytes);
   }
   CHECK(Error("max_message_bytes: 1023") ==
-        "test.yaml:1:20: max_message_bytes: must be from 1024 (1KiB) to "
-        "2147483647 (2GiB - 1), got 1023");
+        "test.yaml:1:20: max_message_bytes: must be from 1024 to "
+        "2147483647 (1KiB to 2GiB - 1), got 1023");
   CHECK(Error("max_message_bytes: 2GiB") ==
-        "test.yaml:1:20: max_message_bytes: must be from 1024 (1KiB) to "
-        "2147483647 (2GiB - 1), got \"2GiB\"");
+        "test.yaml:1:20: max_message_bytes: must be from 1024 to "
+        "2147483647 (1KiB to 2GiB - 1), got \"2GiB\"");
   CHECK_THAT(
       Error("max_message_bytes: 99999999999999999999GiB"),
       StartsWith("test.yaml:1:20: max_message_bytes: must be from 1024"));
@@ -264,9 +264,25 @@ TEST_CASE("max_message_bytes takes bytes or a binary unit", "[config]") {
         Error(std::string("max_message_bytes: ") + bad),
         StartsWith("test.yaml:1:20: max_message_bytes: expected a byte "
                    "count such as 1073741824 or \"1GiB\" (units: B, KiB, "
-                   "MiB, GiB), got \"" +
+                   "MiB, GiB, TiB), got \"" +
                    std::string(bad) + "\""));
   }
+}
+
+TEST_CASE("max_inflight_bytes takes bytes or auto", "[config]") {
+  CHECK_FALSE(Parse("").service.max_inflight_bytes.has_value());
+  CHECK_FALSE(
+      Parse("max_inflight_bytes: auto").service.max_inflight_bytes.has_value());
+  CHECK(Parse("max_inflight_bytes: 6GiB").service.max_inflight_bytes ==
+        int64_t{6} << 30);
+  CHECK(Parse("max_inflight_bytes: 2TiB").service.max_inflight_bytes ==
+        int64_t{2} << 40);
+  CHECK(Error("max_inflight_bytes: 0") ==
+        "test.yaml:1:21: max_inflight_bytes: must be from 1024 to "
+        "1125899906842624 (1KiB to 1024TiB, or auto), got 0");
+  CHECK_THAT(Error("max_inflight_bytes: plenty"),
+             StartsWith("test.yaml:1:21: max_inflight_bytes: expected a byte "
+                        "count"));
 }
 
 TEST_CASE("Addresses are host:port, [v6]:port or unix:/path", "[config]") {
@@ -349,7 +365,8 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
   CHECK(Error("listen: \"127.0.0.1:1\"\nlisten_port: 5\n") ==
         "test.yaml:2:1: listen_port: unknown key; allowed here: listen, "
         "learners, workers, min_learners, connect, call_timeout, "
-        "drain_timeout, metrics, max_message_bytes, merge, log");
+        "drain_timeout, metrics, max_message_bytes, max_inflight_bytes, "
+        "merge, log");
   CHECK(Error("connect:\n  backoff:\n    jiter: 0.1\n") ==
         "test.yaml:3:5: connect.backoff.jiter: unknown key; allowed here: "
         "initial, multiplier, jitter, max");

@@ -149,6 +149,10 @@ struct ServiceConfig {
   // caller's own deadline).
   std::chrono::milliseconds call_timeout{60000};
   MergeConfig merge;
+  // max_inflight_bytes: the Learn batches in flight at once, in bytes; one
+  // that would pass it is refused with RESOURCE_EXHAUSTED. nullopt ("auto"):
+  // a quarter of the memory the process may use (lib/base/memory_limit.h).
+  std::optional<int64_t> max_inflight_bytes;
 };
 
 struct MetricsConfig {

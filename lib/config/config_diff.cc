@@ -119,10 +119,15 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   std::vector<std::string> changes;
   DescribeLearners(running.learners, learners, &changes);
   DescribeWorkers(running.workers, workers, &changes);
-  const auto& [min_learners, call_timeout, merge] = service;
+  const auto& [min_learners, call_timeout, merge, max_inflight_bytes] = service;
   Changed("min_learners", running.service.min_learners, min_learners, &changes);
   Changed("call_timeout", running.service.call_timeout, call_timeout, &changes);
   Changed("drain_timeout", running.drain_timeout, drain_timeout, &changes);
+  if (running.service.max_inflight_bytes != max_inflight_bytes) {
+    changes.push_back(absl::StrCat(
+        "max_inflight_bytes ",
+        max_inflight_bytes ? absl::StrCat(*max_inflight_bytes) : "auto"));
+  }
   if (running.connect != connect) changes.push_back("connect");
   if (running.service.merge.homogeneous_keys != merge.homogeneous_keys) {
     changes.push_back("merge.homogeneous_keys");

@@ -36,6 +36,7 @@ namespace {
 
 constexpr int64_t kMinMessageBytes = 1024;
 constexpr int64_t kMaxMessageBytes = 2147483647;  // gRPC's limits are ints.
+constexpr int64_t kMaxInflightBytes = int64_t{1} << 50;
 // Beyond any sensible timeout; small enough that now() + it cannot overflow.
 constexpr absl::Duration kMaxDuration = absl::Hours(24 * 365);
 // A configuration is a few KiB; this keeps `--config /dev/zero` from hanging.
@@ -229,7 +230,19 @@ class Parser {
             {"max_message_bytes",
              [&](const Field& f) {
                ReadBytes(f, kMinMessageBytes, kMaxMessageBytes,
-                         &config->max_message_bytes);
+                         "1KiB to 2GiB - 1", &config->max_message_bytes);
+             }},
+            {"max_inflight_bytes",
+             [&](const Field& f) {
+               if (f.node.IsScalar() && f.node.Scalar() == "auto") {
+                 service.max_inflight_bytes.reset();
+                 return;
+               }
+               int64_t bytes = 0;
+               if (ReadBytes(f, kMinMessageBytes, kMaxInflightBytes,
+                             "1KiB to 1024TiB, or auto", &bytes)) {
+                 service.max_inflight_bytes = bytes;
+               }
              }},
             {"merge",
              [&](const Field& f) {
@@ -858,9 +871,11 @@ class Parser {
   }
 
   // A byte count: an integer, or an integer with a unit B, KiB, MiB or GiB.
-  bool ReadBytes(const Field& field, int64_t min, int64_t max, int64_t* out) {
+  // `range` says what min and max are, in words ("1KiB to 2GiB - 1").
+  bool ReadBytes(const Field& field, int64_t min, int64_t max,
+                 absl::string_view range_words, int64_t* out) {
     const std::string range =
-        absl::StrCat("must be from ", min, " (1KiB) to ", max, " (2GiB - 1)");
+        absl::StrCat("must be from ", min, " to ", max, " (", range_words, ")");
     if (!field.node.IsScalar()) {
       Error(field, absl::StrCat("expected a byte count such as 1073741824 or "
                                 "\"1GiB\", got ",
@@ -892,10 +907,12 @@ class Parser {
       scale = int64_t{1} << 20;
     } else if (unit == "GiB") {
       scale = int64_t{1} << 30;
+    } else if (unit == "TiB") {
+      scale = int64_t{1} << 40;
     }
     if (digits == 0 || scale == 0) {
       Error(field, absl::StrCat("expected a byte count such as 1073741824 or "
-                                "\"1GiB\" (units: B, KiB, MiB, GiB), got ",
+                                "\"1GiB\" (units: B, KiB, MiB, GiB, TiB), got ",
                                 Quote(text)));
       return false;
     }

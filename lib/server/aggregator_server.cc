@@ -101,6 +101,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
       self->address(), config.learners.size() + worker_learners,
       config.learners.size(), worker_learners, config.workers.size(),
       config.service.min_learners);
+  spdlog::info("Learn batches in flight are bounded by {}",
+               self->learner_service_->DescribeInflightLimit());
   self->UpdateLearners();
   return self;
 }

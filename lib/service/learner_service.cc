@@ -43,15 +43,30 @@ void WarnIfDifferent(const char* method, const char* field,
 
 LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
                                AggregatorMetrics* metrics)
-    : pool_(pool), metrics_(metrics) {
+    : pool_(pool), metrics_(metrics), memory_(ProcessMemoryLimit()) {
   SetConfig(config);
 }
 
 void LearnerService::SetConfig(const ServiceConfig& config) {
   auto settings = std::make_shared<const Settings>(
-      Settings{config, InfoMerger(config.merge)});
+      Settings{config, InfoMerger(config.merge),
+               config.max_inflight_bytes.value_or(memory_.bytes / 4)});
   MutexLock lock(&mu_);
   settings_ = std::move(settings);
+}
+
+int64_t LearnerService::max_inflight_bytes() const {
+  return settings()->max_inflight_bytes;
+}
+
+std::string LearnerService::DescribeInflightLimit() const {
+  auto settings = this->settings();
+  if (settings->config.max_inflight_bytes.has_value()) {
+    return absl::StrCat("max_inflight_bytes ", settings->max_inflight_bytes);
+  }
+  return absl::StrCat("max_inflight_bytes ", settings->max_inflight_bytes,
+                      " (auto: a quarter of ", memory_.bytes, " bytes, from ",
+                      memory_.source, ")");
 }
 
 std::shared_ptr<const LearnerService::Settings> LearnerService::settings()
@@ -262,6 +277,12 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     return reactor;
   };
   auto settings = this->settings();
+  // The batch is held until the learners have answered: it counts against
+  // max_inflight_bytes until then.
+  auto lease =
+      inflight_.Acquire("Learn", static_cast<int64_t>(request->Length()),
+                        settings->max_inflight_bytes);
+  if (!lease.ok()) return fail(ToGrpc(lease.status()));
   // More samples than any plan demands cannot be right: the scan stops there.
   const int64_t largest = planner_.LargestTotal();
   auto batch = RawBatch::Scan(*request, largest);
@@ -310,6 +331,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
                              std::move(f));
       },
       [this, reactor, reply, settings, started, held,
+       lease = std::shared_ptr<InflightBudget::Lease>(*std::move(lease)),
        counts = std::move(counts)](auto& calls) {
         const grpc::Status status = MergeLearn(calls, counts, *settings, reply);
         if (status.ok()) held->Consume();

@@ -27,11 +27,13 @@
 #include "absl/base/thread_annotations.h"
 #include "lib/aggregation/info_merger.h"
 #include "lib/aggregation/split_planner.h"
+#include "lib/base/memory_limit.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
 #include "lib/learners/fan_out.h"
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
+#include "lib/service/inflight_budget.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
@@ -49,6 +51,10 @@ class LearnerService final
                  AggregatorMetrics* metrics = nullptr);
 
   void SetConfig(const ServiceConfig& config);
+
+  // The max_inflight_bytes in force (a figure for "auto" too), and why.
+  int64_t max_inflight_bytes() const;
+  std::string DescribeInflightLimit() const;
 
   // From now on new calls fail with UNAVAILABLE; calls in flight go on.
   void StartDraining();
@@ -79,6 +85,7 @@ class LearnerService final
   struct Settings {
     ServiceConfig config;
     InfoMerger merger;
+    int64_t max_inflight_bytes;  // "auto" resolved
   };
   std::shared_ptr<const Settings> settings() const;
   // The ready learners, or UNAVAILABLE when fewer than min_learners (and at
@@ -118,6 +125,8 @@ class LearnerService final
   LearnerPool* const pool_;
   AggregatorMetrics* const metrics_;
   SplitPlanner planner_;
+  const MemoryLimit memory_;  // what "auto" is a quarter of
+  InflightBudget inflight_;   // the Learn batches in flight
   mutable Mutex mu_;
   std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

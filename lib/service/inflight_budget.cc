@@ -1,0 +1,30 @@
+#include "lib/service/inflight_budget.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace aggregator {
+
+absl::StatusOr<std::unique_ptr<InflightBudget::Lease>> InflightBudget::Acquire(
+    const char* what, int64_t bytes, int64_t limit) {
+  MutexLock lock(&mu_);
+  if (bytes > limit - in_flight_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, ": a batch of ", bytes,
+        " bytes would exceed max_inflight_bytes (", limit, " bytes; ",
+        in_flight_, " in flight now): retry later, or send smaller batches"));
+  }
+  in_flight_ += bytes;
+  return std::make_unique<Lease>(this, bytes);
+}
+
+int64_t InflightBudget::in_flight() const {
+  MutexLock lock(&mu_);
+  return in_flight_;
+}
+
+void InflightBudget::Release(int64_t bytes) {
+  MutexLock lock(&mu_);
+  in_flight_ -= bytes;
+}
+
+}  // namespace aggregator
