@@ -968,6 +968,24 @@ TEST_CASE("LoadConfigFile reports a file it cannot read", "[config]") {
   }
 }
 
+// Found by tests/fuzz/config_loader_fuzzer: control characters of the text
+// (here a newline in yaml-cpp's own message) went into the errors as they
+// were, so a message was no longer one error per line, each naming its source.
+TEST_CASE("Errors stay one per line: control characters are escaped",
+          "[config]") {
+  SECTION("as the fuzzer found it") {
+    const std::string text("\xff\x00\n", 3);
+    for (const std::string& line : Errors(text)) {
+      CHECK_THAT(line, StartsWith("test.yaml:"));
+    }
+  }
+  SECTION("a value with a newline and a terminal escape") {
+    CHECK(Error("log:\n  level: \"in\\nfo\\e[31m\"\n") ==
+          "test.yaml:2:10: log.level: expected one of trace, debug, info, "
+          "warn, error, critical, off, got \"in\\nfo\\x1b[31m\"");
+  }
+}
+
 }  // namespace
 }  // namespace aggregator
 

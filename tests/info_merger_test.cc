@@ -235,3 +235,43 @@ TEST_CASE("Mismatched inputs are an error, not a crash") {
   auto merged = merger.Merge({&s}, {"a", "b"}, {1});
   CHECK_FALSE(merged.ok());
 }
+
+// Found by tests/fuzz/info_merger_fuzzer: a per-sample key sent as a scalar (or
+// null) by every learner merged into a list of one entry per learner, and the
+// call succeeded with a "per-sample" list that did not line up with the batch.
+TEST_CASE("A per-sample key sent as a scalar fails, naming key and learner") {
+  SECTION("as the fuzzer found it: null at a per-sample path") {
+    MergeConfig config;
+    config.per_sample_keys = {"a.b", "a"};
+    InfoMerger merger(config);
+    auto merged = MergeAll({Json(R"({"a.b": null})")}, merger, {2});
+    REQUIRE_FALSE(merged.ok());
+    CHECK(merged.status().code() == absl::StatusCode::kInternal);
+    CHECK_THAT(std::string(merged.status().message()),
+               Catch::Contains("'a.b'") &&
+                   Catch::Contains("l0 sent null for its 2 samples"));
+  }
+  SECTION("a priority per learner instead of one per sample") {
+    InfoMerger merger(MergeConfig{});
+    auto merged = MergeAll({Json(R"({"priority_info": {"priority": 0.5}})"),
+                            Json(R"({"priority_info": {"priority": 0.7}})")},
+                           merger, {2, 2});
+    REQUIRE_FALSE(merged.ok());
+    CHECK_THAT(std::string(merged.status().message()),
+               Catch::Contains("'priority_info.priority'") &&
+                   Catch::Contains("l0 sent a scalar for its 2 samples"));
+  }
+  SECTION("learners without samples need not send it: an empty list") {
+    InfoMerger merger(MergeConfig{});
+    auto merged = MergeAll({Json(R"({"priority_info": {"priority": 0.5}})")},
+                           merger, {0});
+    REQUIRE(merged.ok());
+    CHECK(merged->info.fields()
+              .at("priority_info")
+              .struct_value()
+              .fields()
+              .at("priority")
+              .list_value()
+              .values_size() == 0);
+  }
+}

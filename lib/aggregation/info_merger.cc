@@ -143,6 +143,16 @@ class MergePass {
                          " but ", ids_[i], " sent ", ShapeName(s)));
       }
     }
+    if (shape == Shape::kScalar && IsPerSample(path)) {
+      // Scalars and nulls alone at a per-sample key: one entry per learner
+      // would not line up with the batch. Only learners without samples may
+      // send no list; if all are such, the list is empty.
+      if (absl::Status aligned = CheckPerSample(path, values); !aligned.ok()) {
+        return aligned;
+      }
+      out->mutable_list_value();
+      return absl::OkStatus();
+    }
     if (shape == Shape::kScalar) {
       auto* list = out->mutable_list_value();
       for (Value* value : values) {

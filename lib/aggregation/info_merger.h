@@ -10,7 +10,9 @@
 // - lists concatenate in learner order; a list under a per-sample key
 //   (merge.per_sample_keys) must hold exactly one entry per sample each
 //   learner was sent, from every learner, so the merged list lines up with the
-//   batch (otherwise the merge fails naming key and learner);
+//   batch (otherwise the merge fails naming key and learner); a scalar or null
+//   where a per-sample list belongs fails the same way (only a learner that
+//   was sent no samples may send no list);
 // - scalars (numbers, strings, bools) become a list with one entry per learner,
 // with
 //   null for a learner that did not send the key;

@@ -24,6 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -109,6 +110,28 @@ bool IsReplicaId(absl::string_view id, absl::string_view name, int replicas) {
   }
   int index = 0;
   return absl::SimpleAtoi(id, &index) && index < replicas;
+}
+
+// `text` with its control characters escaped (\n, \t, \r, \xNN), so an
+// error stays on one line and cannot drive a terminal, whatever the file held.
+std::string Printable(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      absl::StrAppendFormat(&out, "\\x%02x", byte);
+    }
+  }
+  return out;
 }
 
 // Reads one document into an AggregatorConfig, collecting every problem. Each
@@ -935,7 +958,7 @@ class Parser {
     if (!mark.is_null()) absl::StrAppend(&text, ":", Position(mark));
     if (!path.empty()) absl::StrAppend(&text, ": ", path);
     absl::StrAppend(&text, ": ", message);
-    errors_.push_back(Problem{mark.line, mark.column, std::move(text)});
+    errors_.push_back(Problem{mark.line, mark.column, Printable(text)});
   }
 
   std::string source_;

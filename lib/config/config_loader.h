@@ -1,7 +1,7 @@
 // Reads aggregator.yaml (lib/config/config.h) from YAML, validating it in one
 // pass. Parsing never throws: every problem found is reported, one per line,
 // as "<source>:<line>:<column>: <field>: <what is wrong>" (line and column
-// 1-based).
+// 1-based; control characters from the text escaped as \n, \xNN).
 #ifndef LIB_CONFIG_CONFIG_LOADER_H_
 #define LIB_CONFIG_CONFIG_LOADER_H_
 

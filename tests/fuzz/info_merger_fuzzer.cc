@@ -1,0 +1,304 @@
+// libFuzzer target: the info merger (lib/aggregation/info_merger).
+//
+// From the input, deterministically (FuzzedDataProvider): a MergeConfig, 0 to 5
+// learners, each with an id, a sample count (its slice of the batch) and a
+// random google.protobuf.Struct tree whose keys are drawn mostly from a small
+// set (so learners collide on keys, per-sample keys included) and whose lists
+// under per-sample keys often, not always, have one entry per sample.
+//
+// Checked on every input: Merge never crashes; an error is INTERNAL; and when
+// it succeeds, every list in the merged info at a per-sample path (a
+// merge.per_sample_keys entry or under one, reached through maps) has exactly
+// the batch's sample count of entries, in sample order: learner 0's entries
+// first (equal to the list it sent), then learner 1's, ...
+#include <fuzzer/FuzzedDataProvider.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lib/aggregation/info_merger.h"
+
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+using google::protobuf::util::MessageDifferencer;
+
+#define FUZZ_CHECK(condition)                                               \
+  do {                                                                      \
+    if (!(condition)) {                                                     \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                   #condition);                                             \
+      std::abort();                                                         \
+    }                                                                       \
+  } while (0)
+
+constexpr const char* kKeys[] = {"priority_info",
+                                 "priority",
+                                 "replay_unique_id",
+                                 "loss",
+                                 "learner_step",
+                                 "task_id",
+                                 "stats",
+                                 "td_error",
+                                 "a",
+                                 "b",
+                                 "",
+                                 "a.b",
+                                 "priority_info.priority"};
+
+// Whether the dotted `path` is a per-sample key or lies under one.
+bool PerSample(const std::vector<std::string>& keys, const std::string& path) {
+  for (const std::string& key : keys) {
+    if (path == key) return true;
+    if (path.size() > key.size() && path.compare(0, key.size(), key) == 0 &&
+        path[key.size()] == '.') {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The dotted form of a key path, joined as the merger joins it.
+std::string Dotted(const std::vector<std::string>& path) {
+  std::string dotted;
+  for (const std::string& key : path) {
+    dotted = dotted.empty() ? key : absl::StrCat(dotted, ".", key);
+  }
+  return dotted;
+}
+
+class TreeBuilder {
+ public:
+  TreeBuilder(FuzzedDataProvider& input, const std::vector<std::string>& keys)
+      : input_(input), per_sample_keys_(keys) {}
+
+  void Build(Struct* out, size_t samples) {
+    budget_ = 64;
+    Map(out, {}, samples, 0);
+  }
+
+ private:
+  std::string Key() {
+    if (input_.ConsumeIntegralInRange(0, 15) == 0) {
+      return input_.ConsumeRandomLengthString(8);
+    }
+    return kKeys[input_.ConsumeIntegralInRange<size_t>(0,
+                                                       std::size(kKeys) - 1)];
+  }
+
+  void Map(Struct* out, const std::vector<std::string>& path, size_t samples,
+           int depth) {
+    const int fields = input_.ConsumeIntegralInRange(0, 4);
+    for (int i = 0; i < fields && budget_ > 0; ++i) {
+      std::vector<std::string> child = path;
+      child.push_back(Key());
+      Fill(&(*out->mutable_fields())[child.back()], child, samples, depth + 1);
+    }
+  }
+
+  // A random value at `path` (a key path through maps).
+  void Fill(Value* out, const std::vector<std::string>& path, size_t samples,
+            int depth) {
+    --budget_;
+    const bool per_sample = PerSample(per_sample_keys_, Dotted(path));
+    int kind = input_.ConsumeIntegralInRange(0, 8);
+    if (depth >= 4 && kind >= 5) kind = 1;
+    switch (kind) {
+      case 0:
+        out->set_null_value(google::protobuf::NULL_VALUE);
+        break;
+      case 1:
+        out->set_number_value(input_.ConsumeIntegralInRange(-3, 3));
+        break;
+      case 2:
+        out->set_string_value(input_.ConsumeRandomLengthString(4));
+        break;
+      case 3:
+        out->set_bool_value(input_.ConsumeBool());
+        break;
+      case 4:
+        break;  // a Value with no kind set
+      case 5:
+      case 6: {
+        // A list: at a per-sample path mostly one entry per sample.
+        size_t entries = input_.ConsumeIntegralInRange<size_t>(0, 4);
+        if (per_sample && input_.ConsumeIntegralInRange(0, 3) != 0) {
+          entries = samples;
+        }
+        auto* list = out->mutable_list_value();
+        for (size_t i = 0; i < entries; ++i) {
+          Value* entry = list->add_values();
+          if (budget_ > 0 && input_.ConsumeIntegralInRange(0, 7) == 0) {
+            Fill(entry, {"[]"}, samples, depth + 1);
+          } else {
+            entry->set_number_value(input_.ConsumeIntegralInRange(0, 255));
+          }
+        }
+        break;
+      }
+      default:
+        Map(out->mutable_struct_value(), path, samples, depth);
+        break;
+    }
+  }
+
+  FuzzedDataProvider& input_;
+  const std::vector<std::string>& per_sample_keys_;
+  int budget_ = 0;
+};
+
+// The value at `path` in `info`, through maps only; null when there is none.
+const Value* Find(const Struct& info, const std::vector<std::string>& path) {
+  const Struct* map = &info;
+  const Value* value = nullptr;
+  for (size_t i = 0; i < path.size(); ++i) {
+    if (map == nullptr) return nullptr;
+    auto it = map->fields().find(path[i]);
+    if (it == map->fields().end()) return nullptr;
+    value = &it->second;
+    map = value->kind_case() == Value::kStructValue ? &value->struct_value()
+                                                    : nullptr;
+  }
+  return value;
+}
+
+struct Checker {
+  const std::vector<std::string>& per_sample_keys;
+  const std::vector<Struct>& originals;
+  const std::vector<size_t>& counts;
+  size_t total;
+
+  void Walk(const Struct& map, std::vector<std::string>* path) const {
+    for (const auto& [key, value] : map.fields()) {
+      path->push_back(key);
+      if (value.kind_case() == Value::kStructValue) {
+        Walk(value.struct_value(), path);
+      } else if (value.kind_case() == Value::kListValue &&
+                 PerSample(per_sample_keys, Dotted(*path))) {
+        CheckList(value.list_value(), *path);
+      }
+      path->pop_back();
+    }
+  }
+
+  void CheckList(const google::protobuf::ListValue& list,
+                 const std::vector<std::string>& path) const {
+    if (static_cast<size_t>(list.values_size()) != total) {
+      std::fprintf(stderr,
+                   "per-sample list '%s' has %d entries for %zu samples\n",
+                   Dotted(path).c_str(), list.values_size(), total);
+    }
+    FUZZ_CHECK(static_cast<size_t>(list.values_size()) == total);
+    size_t at = 0;
+    for (size_t i = 0; i < originals.size(); ++i) {
+      if (counts[i] == 0) continue;
+      const Value* sent = Find(originals[i], path);
+      FUZZ_CHECK(sent != nullptr);
+      FUZZ_CHECK(sent->kind_case() == Value::kListValue);
+      FUZZ_CHECK(static_cast<size_t>(sent->list_value().values_size()) ==
+                 counts[i]);
+      for (size_t j = 0; j < counts[i]; ++j) {
+        if (!MessageDifferencer::Equals(sent->list_value().values(j),
+                                        list.values(at + j))) {
+          std::fprintf(stderr,
+                       "per-sample list '%s': entry %zu is not learner %zu's "
+                       "entry %zu\n",
+                       Dotted(path).c_str(), at + j, i, j);
+        }
+        FUZZ_CHECK(MessageDifferencer::Equals(sent->list_value().values(j),
+                                              list.values(at + j)));
+      }
+      at += counts[i];
+    }
+    FUZZ_CHECK(at == total);
+  }
+};
+
+// FUZZ_PRINT=1: what the input decodes to, to write a regression test from.
+void Print(const aggregator::MergeConfig& config,
+           const std::vector<std::string>& ids,
+           const std::vector<size_t>& counts,
+           const std::vector<Struct>& infos) {
+  std::fprintf(stderr, "per_sample_keys: [%s]\nhomogeneous_keys: [%s]\n",
+               absl::StrJoin(config.per_sample_keys, ", ").c_str(),
+               absl::StrJoin(config.homogeneous_keys, ", ").c_str());
+  for (size_t i = 0; i < infos.size(); ++i) {
+    std::string json;
+    (void)google::protobuf::util::MessageToJsonString(infos[i], &json);
+    std::fprintf(stderr, "learner '%s', %zu samples: %s\n", ids[i].c_str(),
+                 counts[i], json.c_str());
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider input(data, size);
+  aggregator::MergeConfig config;
+  switch (input.ConsumeIntegralInRange(0, 4)) {
+    case 0:
+      break;  // the defaults: everything under priority_info
+    case 1:
+      config.per_sample_keys = {"priority_info", "stats.td_error"};
+      break;
+    case 2:
+      config.per_sample_keys = {"a.b", "a"};
+      break;
+    case 3:
+      config.per_sample_keys = {};
+      break;
+    default:
+      config.per_sample_keys = {"priority_info.priority", "loss"};
+      break;
+  }
+  if (input.ConsumeBool()) config.homogeneous_keys.push_back("priority");
+  if (input.ConsumeBool()) config.homogeneous_keys.push_back("a");
+
+  const size_t learners = input.ConsumeIntegralInRange<size_t>(0, 5);
+  std::vector<std::string> ids;
+  std::vector<size_t> counts;
+  std::vector<Struct> infos(learners);
+  TreeBuilder builder(input, config.per_sample_keys);
+  for (size_t i = 0; i < learners; ++i) {
+    ids.push_back(input.ConsumeBool() ? "l" + std::to_string(i)
+                                      : input.ConsumeRandomLengthString(4));
+    counts.push_back(input.ConsumeIntegralInRange<size_t>(0, 6));
+    builder.Build(&infos[i], counts.back());
+  }
+  size_t total = 0;
+  for (size_t count : counts) total += count;
+  const std::vector<Struct> originals = infos;
+
+  if (std::getenv("FUZZ_PRINT") != nullptr) Print(config, ids, counts, infos);
+
+  aggregator::InfoMerger merger(config);
+  std::vector<Struct*> pointers;
+  for (Struct& info : infos) pointers.push_back(&info);
+
+  // Sizes that do not match are an error.
+  if (learners > 0 && input.ConsumeIntegralInRange(0, 15) == 0) {
+    std::vector<size_t> short_counts(counts.begin(), counts.end() - 1);
+    FUZZ_CHECK(!merger.Merge(pointers, ids, short_counts).ok());
+    return 0;
+  }
+
+  absl::StatusOr<aggregator::MergedInfo> merged =
+      merger.Merge(pointers, ids, counts);
+  if (!merged.ok()) {
+    FUZZ_CHECK(merged.status().code() == absl::StatusCode::kInternal);
+    return 0;
+  }
+  std::vector<std::string> path;
+  Checker{config.per_sample_keys, originals, counts, total}.Walk(merged->info,
+                                                                 &path);
+  return 0;
+}
