@@ -895,6 +895,20 @@ TEST_CASE("Only one YAML document is allowed", "[config]") {
   CHECK(Parse("listen: \"h:1\"\n---\n").listen.ToString() == "h:1");
 }
 
+// Found by tests/fuzz/config_loader_fuzzer: on a stray "," yaml-cpp 0.7's
+// LoadAll returns empty documents forever (yaml-cpp issue 1040), which took
+// all memory. The file is refused at once, naming where.
+TEST_CASE("A stray comma is a syntax error, not an endless parse", "[config]") {
+  CHECK(Error(",\n") ==
+        "test.yaml:1:1: YAML syntax error: unexpected character; a value or a "
+        "\"key: value\" was expected");
+  CHECK_THAT(Error("# comment\n  , ms\nlisten: \"h:1\"\n"),
+             StartsWith("test.yaml:2:3: YAML syntax error"));
+  // After a document, the same input is a syntax error too.
+  CHECK_THAT(Error("listen: \"h:1\"\n,\n"),
+             StartsWith("test.yaml:2:1: YAML syntax error"));
+}
+
 TEST_CASE("LoadConfigFile reads a file and names it", "[config]") {
   const std::string dir = MakeTempDir();
   const std::string path = dir + "/aggregator.yaml";

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,6 +31,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "lib/base/mutex.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace aggregator {
@@ -136,6 +138,50 @@ std::string Printable(absl::string_view text) {
 
 // Reads one document into an AggregatorConfig, collecting every problem. Each
 // section has a reader; a section's keys are listed once, in ReadMap's table.
+// Where each YAML document of a stream starts and whether it holds anything:
+// the events of yaml-cpp's parser, nothing built.
+class DocumentWalker : public YAML::EventHandler {
+ public:
+  struct Document {
+    YAML::Mark start;
+    YAML::Mark content;  // the first node's mark
+    bool empty = true;
+  };
+  std::vector<Document> documents;
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    documents.push_back({mark, mark, true});
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override {
+    Node(mark, /*empty=*/true);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    Node(mark, false);
+  }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Node(mark, false);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&,
+                       YAML::anchor_t, YAML::EmitterStyle::value) override {
+    Node(mark, false);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Node(mark, false);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void Node(const YAML::Mark& mark, bool empty) {
+    Document& document = documents.back();
+    if (document.empty && !empty) document.content = mark;
+    document.empty = document.empty && empty;
+  }
+};
+
 class Parser {
  public:
   explicit Parser(std::string source) : source_(std::move(source)) {}
@@ -188,26 +234,53 @@ class Parser {
     if (min_learners) CheckMinLearners(*min_learners, *config);
   }
 
+  // False, reported, unless the stream holds at most one document with
+  // content. The documents are walked here rather than by YAML::LoadAll: on
+  // some malformed input ("," alone) yaml-cpp 0.7 returns an empty document
+  // forever without moving on, and LoadAll collects them until memory runs
+  // out. A document that starts where the one before it did is that case.
+  bool CheckOneDocument(const std::string& yaml) {
+    std::istringstream stream(yaml);
+    YAML::Parser parser(stream);
+    DocumentWalker walker;
+    try {
+      while (parser.HandleNextDocument(walker)) {
+        const std::vector<DocumentWalker::Document>& seen = walker.documents;
+        if (seen.size() >= 2 &&
+            seen.back().start.pos == seen[seen.size() - 2].start.pos) {
+          Error(seen.back().start, "",
+                "YAML syntax error: unexpected character; a value or a "
+                "\"key: value\" was expected");
+          return false;
+        }
+        if (seen.size() >= 2 && !seen.back().empty) {
+          Error(seen.back().content, "",
+                "only one YAML document is allowed; remove the \"---\" "
+                "separator");
+          return false;
+        }
+      }
+    } catch (const YAML::ParserException& e) {
+      Error(e.mark, "", absl::StrCat("YAML syntax error: ", e.msg));
+      return false;
+    }
+    return true;
+  }
+
   // The one document of the file as a map, or nullopt when it is empty (the
   // default configuration) or not usable (reported).
   std::optional<Field> ReadDocument(const std::string& yaml) {
-    std::vector<YAML::Node> documents;
+    if (!CheckOneDocument(yaml)) return std::nullopt;
+    YAML::Node document;
     try {
-      documents = YAML::LoadAll(yaml);
+      document = YAML::Load(yaml);
     } catch (const YAML::ParserException& e) {
       Error(e.mark, "", absl::StrCat("YAML syntax error: ", e.msg));
       return std::nullopt;
     }
-    for (size_t i = 1; i < documents.size(); ++i) {
-      if (!documents[i].IsNull()) {
-        Error(
-            documents[i].Mark(), "",
-            "only one YAML document is allowed; remove the \"---\" separator");
-      }
-    }
     // An empty file, or one of only comments, is the default configuration.
-    if (documents.empty() || documents[0].IsNull()) return std::nullopt;
-    Field root{documents[0], documents[0].Mark(), ""};
+    if (document.IsNull()) return std::nullopt;
+    Field root{document, document.Mark(), ""};
     if (!root.node.IsMap()) {
       Error(root, absl::StrCat("expected a map of settings (key: value), got ",
                                Describe(root.node)));
