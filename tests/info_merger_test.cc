@@ -275,3 +275,25 @@ TEST_CASE("A per-sample key sent as a scalar fails, naming key and learner") {
               .values_size() == 0);
   }
 }
+
+// Found by tests/fuzz/info_merger_fuzzer: a per-sample list at a key named like
+// a homogeneous key (priority_info.task_id) took the first learner's list, so
+// one learner's 0 entries stood for a batch of 4 samples.
+TEST_CASE(
+    "Under a per-sample key, a homogeneous key's name is per-sample too") {
+  InfoMerger merger(MergeConfig{});
+  SECTION("a learner that omits it fails, named") {
+    auto merged =
+        MergeAll({Json(R"({"priority_info": {"task_id": []}})"), Json(R"({})")},
+                 merger, {0, 4});
+    REQUIRE_FALSE(merged.ok());
+    CHECK_THAT(std::string(merged.status().message()),
+               Catch::Contains("'priority_info.task_id'") &&
+                   Catch::Contains("l1 sent none for its 4 samples"));
+  }
+  SECTION("lists that line up concatenate") {
+    RequireMerged({R"({"priority_info": {"task_id": [1, 2]}})",
+                   R"({"priority_info": {"task_id": [3]}})"},
+                  R"({"priority_info": {"task_id": [1, 2, 3]}})", {2, 1});
+  }
+}

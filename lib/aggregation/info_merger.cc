@@ -88,7 +88,9 @@ class MergePass {
       const std::string key_path =
           path.empty() ? key : absl::StrCat(path, ".", key);
       Value merged;
-      if (homogeneous_keys_.count(key) > 0) {
+      // Under a per-sample key every list is per-sample, whatever its name:
+      // a homogeneous key's name there must not skip the alignment check.
+      if (homogeneous_keys_.count(key) > 0 && !IsPerSample(key_path)) {
         Homogeneous(key_path, values, &merged);
       } else if (absl::Status status = Values(key_path, values, &merged);
                  !status.ok()) {
