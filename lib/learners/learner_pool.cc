@@ -120,7 +120,10 @@ LearnerPool::LearnerPool(const ConnectConfig& connect,
   connector_ = std::thread([this] { Run(); });
 }
 
-LearnerPool::~LearnerPool() {
+LearnerPool::~LearnerPool() { Stop(); }
+
+void LearnerPool::Stop() {
+  if (!connector_.joinable()) return;  // stopped already
   std::vector<std::unique_ptr<Learner>> dropped;
   {
     MutexLock lock(&mu_);
@@ -143,6 +146,7 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
   bool changed = false;
   {
     MutexLock lock(&mu_);
+    if (stopping_) return;  // Stop()ped: its queue takes no more alarms
     std::vector<std::unique_ptr<Learner>> next;
     for (const LearnerEndpoint& endpoint : learners) {
       auto same = std::find_if(learners_.begin(), learners_.end(),

@@ -30,9 +30,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "lib/base/mutex.h"
 #include "lib/base/backoff.h"
 #include "lib/base/host_port.h"
+#include "lib/base/mutex.h"
 #include "lib/config/config.h"
 #include "proto/learner.grpc.pb.h"
 
@@ -102,9 +102,14 @@ class LearnerPool {
   // `max_message_bytes` bounds every message on the learners' channels.
   LearnerPool(const ConnectConfig& connect, int64_t max_message_bytes,
               LearnerPoolHooks hooks = {});
-  ~LearnerPool();
+  ~LearnerPool();  // Stop()s
   LearnerPool(const LearnerPool&) = delete;
   LearnerPool& operator=(const LearnerPool&) = delete;
+
+  // Drops every learner and joins the connector thread: once it returns, no
+  // hook runs again. The pool stays usable as an empty one. Call it from one
+  // thread; the destructor calls it too.
+  void Stop();
 
   // Makes `learners` the learner set, in this order: new ids start connecting,
   // ids no longer listed are dropped (calls holding their handles finish

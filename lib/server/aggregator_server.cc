@@ -265,9 +265,12 @@ void AggregatorServer::Shutdown(
   metrics_.ClearCollectors();
   server_->Shutdown(deadline);
   server_->Wait();
-  // The pool goes first, so stopping learner workers is not reported as lost
+  // The pool stops first, so stopping learner workers is not reported as lost
   // learners (UpdateLearners no longer touches it once shutting_down_ is set).
-  pool_.reset();
+  // It is stopped, not destroyed: a hook already past its shutting_down_ check
+  // (a worker's status change reading Summary()) still finds it, empty.
+  // ThreadSanitizer found the reset racing with such a read.
+  pool_->Stop();
   // Each worker gets its own stop_timeout between SIGTERM and SIGKILL.
   std::chrono::milliseconds longest_stop(0);
   for (const WorkerSpec& worker : config().workers) {
