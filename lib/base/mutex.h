@@ -37,7 +37,9 @@ using CondVar = absl::CondVar;
 
 #else  // AGGREGATOR_TSAN_MUTEX
 
-// Mutex's Await: conditions are evaluated again after every Unlock.
+// Mutex's Await: conditions are evaluated again after every Unlock, and
+// after every wait that releases the lock (as absl's waits do: what the waiter
+// changed before waiting may be what another waiter awaits).
 class ABSL_LOCKABLE Mutex {
  public:
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
@@ -53,6 +55,7 @@ class ABSL_LOCKABLE Mutex {
   void Await(const absl::Condition& condition)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    changed_.notify_all();
     changed_.wait(lock, [&] { return condition.Eval(); });
     lock.release();
   }
@@ -64,6 +67,7 @@ class ABSL_LOCKABLE Mutex {
   bool AwaitWithDeadline(const absl::Condition& condition, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
     std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    changed_.notify_all();
     const bool met = changed_.wait_until(lock, absl::ToChronoTime(deadline),
                                          [&] { return condition.Eval(); });
     lock.release();
@@ -113,12 +117,14 @@ class CondVar {
  public:
   void Wait(Mutex* mu) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    mu->changed_.notify_all();
     cv_.wait(lock);
     lock.release();
   }
   // True when the deadline passed, as CondVar.
   bool WaitWithDeadline(Mutex* mu, absl::Time deadline) {
     std::unique_lock<std::mutex> lock(mu->mu_, std::adopt_lock);
+    mu->changed_.notify_all();
     const bool timed_out = cv_.wait_until(lock, absl::ToChronoTime(deadline)) ==
                            std::cv_status::timeout;
     lock.release();
