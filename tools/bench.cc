@@ -35,8 +35,8 @@
 #include "proto/learner.grpc.pb.h"
 #include "tools/bench_processes.h"
 #include "tools/bench_report.h"
-#include "tools/synthetic_batch.h"
 #include "tools/cpp/runfiles/runfiles.h"
+#include "tools/synthetic_batch.h"
 
 namespace aggregator {
 namespace {
@@ -276,6 +276,9 @@ class Bench {
                                                LargeLearnClient& direct,
                                                const ChildEnv& env,
                                                int iterations);
+  // A hostile Learn: `mib` MiB of empty samples (bytes 0a 00 repeated) on a
+  // plan of 4 × 32. A row: the daemon's peak RSS while refusing it.
+  absl::Status AddRefusedBodyRow(Section& section, int mib);
   // SIGTERM -> exit in ms; a slow exit (over 200 ms) adds the daemon's last
   // log lines to the section's notes.
   absl::StatusOr<double> Terminate(RunningDaemon& daemon, Section& section,
@@ -680,6 +683,7 @@ Section Bench::LargeBatches() {
       row.details = {{"direct_ms_case_medians", all_direct}};
       section.rows.push_back(std::move(row));
     }
+    if (absl::Status s = AddRefusedBodyRow(section, 128); !s.ok()) return s;
     section.notes.push_back(
         reset_failed
             ? "note: /proc/<pid>/clear_refs could not reset the peak: peak RSS "
@@ -689,6 +693,75 @@ Section Bench::LargeBatches() {
               "including the warm-up.");
     return absl::OkStatus();
   });
+}
+
+absl::Status Bench::AddRefusedBodyRow(Section& section, int mib) {
+  Progress(absl::StrCat("  a refused ", mib, " MiB body of empty samples"));
+  constexpr int kLearners = 4;
+  auto learners = StartLearners(kLearners, 32, env_);
+  if (!learners.ok()) return learners.status();
+  auto daemon = StartDaemon(learners->Addresses(kLearners), env_);
+  if (!daemon.ok()) return daemon.status();
+  auto stub = pb::Learner::NewStub(Channel(daemon->address));
+  grpc::ClientContext context;
+  SetDeadline(&context, kSmallCallDeadline);
+  pb::DataDemand demand;
+  if (grpc::Status s = stub->GetData(&context, {}, &demand); !s.ok()) {
+    return FromGrpc("GetData", s);
+  }
+  // A valid plan, then far more (empty) samples than it has: the scanner must
+  // stop at sample 129, not index 64 Mi of them.
+  auto batch = std::make_unique<LargeBatch>();
+  pb::LearnRequest head;
+  head.set_plan_id(demand.plan_id());
+  head.SerializeToString(&batch->wire);
+  const int64_t body = int64_t{mib} << 20;
+  batch->wire.reserve(batch->wire.size() + body);
+  for (int64_t i = 0; i < body / 2; ++i) batch->wire.append("\x0a\x00", 2);
+  batch->payload_bytes = static_cast<int64_t>(batch->wire.size());
+  grpc::Slice slice(batch->wire.data(), batch->wire.size(),
+                    grpc::Slice::STATIC_SLICE);
+  batch->buffer = grpc::ByteBuffer(&slice, 1);
+
+  const pid_t pid = daemon->process->pid();
+  auto idle = ProcStatusKiB(pid, "VmRSS");
+  if (!idle.ok()) return idle.status();
+  const bool reset = ResetPeakRss(pid).ok();
+  LargeLearnClient client(daemon->address);
+  pb::LearnReply reply;
+  const auto started = Clock::now();
+  auto refused = client.Learn(batch->buffer, &reply);
+  const double ms = ToMs(Clock::now() - started);
+  if (refused.ok()) {
+    return absl::InternalError(
+        absl::StrCat("a Learn of ", mib, " MiB of empty samples was accepted"));
+  }
+  auto peak = ProcStatusKiB(pid, "VmHWM");
+  if (!peak.ok()) return peak.status();
+  const double idle_mib = *idle / 1024.0;
+  const double peak_mib = *peak / 1024.0;
+  const double body_mib = batch->payload_bytes / kMiB;
+
+  Row row{absl::StrCat("Learn of ", mib,
+                       " MiB of empty samples, refused: daemon peak RSS")};
+  row.value = peak_mib;
+  row.unit = "MiB";
+  row.ratio = (peak_mib - idle_mib) / body_mib;
+  row.comparison =
+      absl::StrCat("idle ", FormatNumber(idle_mib), " MiB + ",
+                   Times(*row.ratio), " body; refused in ", FormatNumber(ms),
+                   " ms: ", refused.status().message().substr(0, 80));
+  const double limit = 1.2 * body_mib + idle_mib;
+  row.target = absl::StrCat("≤ 1.2× body + idle (", FormatNumber(limit), ")");
+  row.verdict = AtMost(peak_mib, limit);
+  row.details = {{"peak_mib", peak_mib},
+                 {"idle_rss_mib", idle_mib},
+                 {"body_bytes", batch->payload_bytes},
+                 {"refused_ms", ms},
+                 {"peak_reset", reset},
+                 {"status", std::string(refused.status().message())}};
+  section.rows.push_back(std::move(row));
+  return absl::OkStatus();
 }
 
 // Section 3 ------------------------------------------------------------------
