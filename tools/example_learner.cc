@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
                  "exit abruptly when the RPC after this many arrives");
   app.add_flag("--omit-priorities", options.omit_priorities,
                "answer Learn without priority_info.priority");
+  app.add_option("--fault-file", options.fault_file,
+                 "a file read at every RPC whose settings (delay_ms=N "
+                 "delay_on=METHOD fail_on=METHOD) replace the fault flags "
+                 "while it exists");
   app.add_option("--max-message-bytes", max_message_bytes,
                  "largest message accepted or sent")
       ->check(CLI::Range(int64_t{1024}, int64_t{2147483647}));

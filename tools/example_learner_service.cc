@@ -1,15 +1,59 @@
 #include "tools/example_learner_service.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace aggregator {
 namespace {
 
 namespace pb = aggregator::v1;
+
+constexpr const char* kMethods[] = {"GetResource", "StartTask", "GetData",
+                                    "Learn", "CloseTask"};
+
+bool KnownMethod(absl::string_view name) {
+  for (const char* method : kMethods) {
+    if (name == method) return true;
+  }
+  return false;
+}
+
+// A fault file's contents; nullopt when it does not exist. Never blocks (a
+// FIFO is refused) and reads at most 4 KiB.
+absl::StatusOr<std::optional<std::string>> ReadFaultFile(
+    const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return absl::ErrnoToStatus(errno, absl::StrCat("fault file ", path));
+  }
+  struct stat info;
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("fault file ", path, " is not a regular file"));
+  }
+  char buffer[4096];
+  const ssize_t n = read(fd, buffer, sizeof(buffer));
+  const int error = errno;
+  close(fd);
+  if (n < 0) {
+    return absl::ErrnoToStatus(error, absl::StrCat("fault file ", path));
+  }
+  return std::optional<std::string>(std::string(buffer, n));
+}
 
 std::string StringField(const google::protobuf::Struct& s, const char* key) {
   auto it = s.fields().find(key);
@@ -33,21 +77,67 @@ double SamplePriority(const std::string& data) {
   return static_cast<double>(hash % 1000000) / 1e6;
 }
 
+absl::StatusOr<InjectedFaults> ParseFaults(const std::string& text) {
+  InjectedFaults faults;
+  for (absl::string_view setting :
+       absl::StrSplit(text, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty())) {
+    absl::string_view value = setting;
+    int64_t ms = 0;
+    if (absl::ConsumePrefix(&value, "delay_ms=")) {
+      if (!absl::SimpleAtoi(value, &ms) || ms < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad fault setting '", setting,
+                         "': delay_ms must be a non-negative integer"));
+      }
+      faults.delay = std::chrono::milliseconds(ms);
+    } else if (absl::ConsumePrefix(&value, "delay_on=") && KnownMethod(value)) {
+      faults.delay_on = std::string(value);
+    } else if (value = setting;
+               absl::ConsumePrefix(&value, "fail_on=") && KnownMethod(value)) {
+      faults.fail_on = std::string(value);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad fault setting '", setting,
+          "': expected delay_ms=N, delay_on=METHOD or fail_on=METHOD"));
+    }
+  }
+  return faults;
+}
+
 ExampleLearner::ExampleLearner(ExampleLearnerOptions options)
     : options_(std::move(options)) {}
 
+absl::StatusOr<InjectedFaults> ExampleLearner::CurrentFaults() const {
+  InjectedFaults faults{options_.delay, options_.delay_on, options_.fail_on};
+  if (options_.fault_file.empty()) return faults;
+  auto text = ReadFaultFile(options_.fault_file);
+  if (!text.ok()) return text.status();
+  if (!text->has_value()) return faults;
+  auto parsed = ParseFaults(**text);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fault file ", options_.fault_file, ": ", parsed.status().message()));
+  }
+  return parsed;
+}
+
 grpc::Status ExampleLearner::Enter(const char* method) {
+  const absl::StatusOr<InjectedFaults> faults = CurrentFaults();
   MutexLock lock(&mu_);
   if (options_.crash_after >= 0 && calls_ >= options_.crash_after) {
     std::_Exit(70);  // as a crash: no reply, no cleanup
   }
   ++calls_;
-  if (options_.delay.count() > 0 &&
-      (options_.delay_on.empty() || options_.delay_on == method)) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopped_),
-                         absl::FromChrono(options_.delay));
+  if (!faults.ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        std::string(faults.status().message()));
   }
-  if (options_.fail_on == method) {
+  if (faults->delay.count() > 0 &&
+      (faults->delay_on.empty() || faults->delay_on == method)) {
+    mu_.AwaitWithTimeout(absl::Condition(&stopped_),
+                         absl::FromChrono(faults->delay));
+  }
+  if (faults->fail_on == method) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         absl::StrCat("injected failure in ", method));
   }

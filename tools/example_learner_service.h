@@ -43,7 +43,23 @@ struct ExampleLearnerOptions {
   // Learn answers without priority_info.priority, as a learner that forgot
   // it would (to test that merged per-sample lists stay aligned).
   bool omit_priorities = false;
+  // A file read at the start of every RPC, so a test or the soak can change
+  // faults while the learner runs (write it elsewhere and rename it into
+  // place). While it exists, its whitespace-separated settings replace delay,
+  // delay_on and fail_on ("delay_ms=N", "delay_on=METHOD", "fail_on=METHOD";
+  // an empty file: no fault); while it does not, the options above apply. A
+  // file that cannot be parsed fails the RPC with INTERNAL. Empty path: none.
+  std::string fault_file;
 };
+
+// The faults a fault file (ExampleLearnerOptions::fault_file) asks for.
+struct InjectedFaults {
+  std::chrono::milliseconds delay{0};
+  std::string delay_on;  // empty: every RPC
+  std::string fail_on;   // empty: none
+};
+// Parses a fault file's text; unknown or malformed settings are errors.
+absl::StatusOr<InjectedFaults> ParseFaults(const std::string& text);
 
 // The score the example learner gives a sample's data.
 double SamplePriority(const std::string& data);
@@ -82,6 +98,8 @@ class ExampleLearner final : public aggregator::v1::Learner::Service {
  private:
   // Applies delay, fault injection and crash-after; non-OK fails the RPC.
   grpc::Status Enter(const char* method);
+  // The faults in force for this RPC: the options', or the fault file's.
+  absl::StatusOr<InjectedFaults> CurrentFaults() const;
 
   const ExampleLearnerOptions options_;
   mutable Mutex mu_;
