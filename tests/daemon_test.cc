@@ -3,7 +3,9 @@
 // killed mid-step, and a clean stop on SIGTERM.
 #include <httplib.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "tests/process_helpers.h"
@@ -249,4 +251,35 @@ TEST_CASE("A learner that crashes mid-call is reported by name") {
   auto crashed = b.process->Wait(std::chrono::steady_clock::now() + kLongWait);
   REQUIRE(crashed.ok());
   CHECK(crashed->exit_code == 70);
+}
+
+// Issue 10, item 8: with a low soft limit, 500 half-open connections could
+// lock new clients out. The daemon raises its soft limit to the hard one.
+TEST_CASE("The open-files limit is raised to the hard limit, and logged") {
+  struct rlimit limit {};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  const rlim_t low = std::min<rlim_t>(limit.rlim_max, 128);
+  const std::string config =
+      WriteFile(TempDir() + "/a.yaml",
+                "min_learners: 0\nmetrics: {listen: \"\"}\nworkers: []\n");
+  auto daemon =
+      Spawn({"/bin/sh", "-c",
+             "ulimit -S -n " + std::to_string(low) + " && exec " + kDaemon +
+                 " --config " + config + " --listen 127.0.0.1:0"});
+  const std::string line =
+      WaitForLine(*daemon, "open files limit", /*from_stderr=*/true);
+  if (limit.rlim_max == low) {
+    CHECK_THAT(line,
+               Catch::EndsWith("open files limit " + std::to_string(low)));
+  } else {
+    CHECK_THAT(line, Catch::EndsWith("open files limit raised from " +
+                                     std::to_string(low) + " to " +
+                                     std::to_string(limit.rlim_max)));
+  }
+  // Its signal handling is in place once it listens.
+  WaitForLine(*daemon, "aggregatord listening on", /*from_stderr=*/true);
+  REQUIRE(daemon->Signal(SIGTERM).ok());
+  auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
 }
