@@ -25,21 +25,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/aggregation/info_merger.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
 using google::protobuf::Struct;
 using google::protobuf::Value;
 using google::protobuf::util::MessageDifferencer;
-
-#define FUZZ_CHECK(condition)                                               \
-  do {                                                                      \
-    if (!(condition)) {                                                     \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #condition);                                             \
-      std::abort();                                                         \
-    }                                                                       \
-  } while (0)
 
 constexpr const char* kKeys[] = {"priority_info",
                                  "priority",

@@ -24,19 +24,11 @@
 #include <vector>
 
 #include "lib/aggregation/raw_batch.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
 using aggregator::RawBatch;
-
-#define FUZZ_CHECK(condition)                                               \
-  do {                                                                      \
-    if (!(condition)) {                                                     \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #condition);                                             \
-      std::abort();                                                         \
-    }                                                                       \
-  } while (0)
 
 // What Scan documents, read the plain way from one contiguous string.
 struct Reference {

@@ -32,21 +32,13 @@
 
 #include "lib/supervisor/worker_channel.h"
 #include "proto/worker.pb.h"
+#include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
 using aggregator::WorkerChannel;
 using google::protobuf::Message;
 using google::protobuf::util::MessageDifferencer;
-
-#define FUZZ_CHECK(condition)                                               \
-  do {                                                                      \
-    if (!(condition)) {                                                     \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                   #condition);                                             \
-      std::abort();                                                         \
-    }                                                                       \
-  } while (0)
 
 std::unique_ptr<Message> NewMessage(bool request) {
   if (request) return std::make_unique<aggregator::v1::WorkerRequest>();
