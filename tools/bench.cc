@@ -35,8 +35,8 @@
 #include "proto/learner.grpc.pb.h"
 #include "tools/bench_processes.h"
 #include "tools/bench_report.h"
-#include "tools/cpp/runfiles/runfiles.h"
 #include "tools/synthetic_batch.h"
+#include "tools/tool_paths.h"
 
 namespace aggregator {
 namespace {
@@ -45,7 +45,6 @@ namespace pb = aggregator::v1;
 using Clock = BenchClock;
 using Milliseconds = std::chrono::duration<double, std::milli>;
 
-constexpr char kWorkspace[] = "learner_aggregator";
 constexpr char kLearnMethod[] = "/aggregator.v1.Learner/Learn";
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -1147,10 +1146,6 @@ Section Bench::Allocators() {
 
 // main -----------------------------------------------------------------------
 
-bool Executable(const std::string& path) {
-  return !path.empty() && access(path.c_str(), X_OK) == 0;
-}
-
 // The bench's own directory (bazel-bin/tools), where a sibling target's
 // binary lands once built.
 std::string OwnDirectory() {
@@ -1162,47 +1157,28 @@ std::string OwnDirectory() {
 }
 
 absl::Status ResolveBinaries(const char* argv0, BenchOptions& options) {
-  using bazel::tools::cpp::runfiles::Runfiles;
-  std::string error;
-  std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv0, &error));
-  auto locate = [&](const std::string& path) -> std::string {
-    if (runfiles == nullptr) return "";
-    const std::string found =
-        runfiles->Rlocation(absl::StrCat(kWorkspace, "/", path));
-    return Executable(found) ? found : "";
-  };
-  if (options.daemon.empty()) options.daemon = locate("daemon/aggregatord");
+  const ToolPaths paths(argv0, "bench");
+  if (options.daemon.empty())
+    options.daemon = paths.Locate("daemon/aggregatord");
   if (options.learner.empty()) {
-    options.learner = locate("tools/example_learner");
+    options.learner = paths.Locate("tools/example_learner");
   }
   if (options.supervisor_bench.empty()) {
-    options.supervisor_bench = locate("tools/supervisor_bench");
+    options.supervisor_bench = paths.Locate("tools/supervisor_bench");
     const std::string sibling = OwnDirectory() + "/supervisor_bench";
     if (options.supervisor_bench.empty() && Executable(sibling)) {
       options.supervisor_bench = sibling;
     }
   }
-  const std::string hint =
-      runfiles == nullptr ? absl::StrCat(" (runfiles: ", error, ")") : "";
-  if (!Executable(options.daemon)) {
-    return absl::NotFoundError(absl::StrCat(
-        "no aggregatord at '", options.daemon,
-        "': run under `bazel run //tools:bench` or pass --daemon PATH", hint));
-  }
-  if (!Executable(options.learner)) {
-    return absl::NotFoundError(absl::StrCat(
-        "no example_learner at '", options.learner,
-        "': run under `bazel run //tools:bench` or pass --learner PATH", hint));
-  }
+  absl::StatusOr<std::string> daemon =
+      paths.Require(options.daemon, "aggregatord", "--daemon");
+  if (!daemon.ok()) return daemon.status();
+  absl::StatusOr<std::string> learner =
+      paths.Require(options.learner, "example_learner", "--learner");
+  if (!learner.ok()) return learner.status();
+  options.daemon = *std::move(daemon);
+  options.learner = *std::move(learner);
   return absl::OkStatus();
-}
-
-// Relative paths are the user's: under `bazel run` they mean the directory
-// bazel was run from.
-std::string UserPath(const std::string& path) {
-  const char* working = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || path.front() == '/' || working == nullptr) return path;
-  return absl::StrCat(working, "/", path);
 }
 
 absl::StatusOr<ChildEnv> ParseEnv(const BenchOptions& options) {

@@ -59,9 +59,9 @@
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 #include "tools/bench_processes.h"
-#include "tools/cpp/runfiles/runfiles.h"
 #include "tools/soak_checks.h"
 #include "tools/synthetic_batch.h"
+#include "tools/tool_paths.h"
 
 namespace aggregator::soak {
 namespace {
@@ -69,8 +69,6 @@ namespace {
 namespace pb = aggregator::v1;
 using Steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-constexpr char kWorkspace[] = "learner_aggregator";
 
 struct Options {
   int64_t steps = 1000;
@@ -782,49 +780,21 @@ int WaitAtMost(World& world, const char* what, F measure, int limit,
   return value;
 }
 
-bool Executable(const std::string& path) {
-  return !path.empty() && access(path.c_str(), X_OK) == 0;
-}
-
-std::string Absolute(const std::string& path) {
-  char resolved[PATH_MAX];
-  return realpath(path.c_str(), resolved) != nullptr ? resolved : path;
-}
-
 absl::Status ResolveBinaries(const char* argv0, Options& options) {
-  using bazel::tools::cpp::runfiles::Runfiles;
-  std::string error;
-  std::unique_ptr<Runfiles> runfiles(Runfiles::Create(argv0, &error));
-  auto locate = [&](const std::string& path) -> std::string {
-    if (runfiles == nullptr) return "";
-    const std::string found =
-        runfiles->Rlocation(absl::StrCat(kWorkspace, "/", path));
-    return Executable(found) ? found : "";
-  };
-  if (options.daemon.empty()) options.daemon = locate("daemon/aggregatord");
+  const ToolPaths paths(argv0, "soak");
+  if (options.daemon.empty())
+    options.daemon = paths.Locate("daemon/aggregatord");
   if (options.learner.empty())
-    options.learner = locate("tools/example_learner");
-  for (auto [path, flag] : {std::make_pair(&options.daemon, "--daemon"),
-                            std::make_pair(&options.learner, "--learner")}) {
-    if (!Executable(*path)) {
-      return absl::NotFoundError(absl::StrCat(
-          "no executable at '", *path,
-          "': run under `bazel run //tools:soak` "
-          "or pass ",
-          flag, " PATH",
-          runfiles == nullptr ? absl::StrCat(" (runfiles: ", error, ")") : ""));
-    }
-    *path = Absolute(*path);
-  }
+    options.learner = paths.Locate("tools/example_learner");
+  absl::StatusOr<std::string> daemon =
+      paths.Require(options.daemon, "aggregatord", "--daemon");
+  if (!daemon.ok()) return daemon.status();
+  absl::StatusOr<std::string> learner =
+      paths.Require(options.learner, "example_learner", "--learner");
+  if (!learner.ok()) return learner.status();
+  options.daemon = *std::move(daemon);
+  options.learner = *std::move(learner);
   return absl::OkStatus();
-}
-
-// Relative paths are the user's: under `bazel run` they mean the directory
-// bazel was run from.
-std::string UserPath(const std::string& path) {
-  const char* working = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || path.front() == '/' || working == nullptr) return path;
-  return absl::StrCat(working, "/", path);
 }
 
 int Main(int argc, char** argv) {
