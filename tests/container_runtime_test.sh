@@ -20,13 +20,14 @@ libs=$(for b in "${bins[@]}"; do ldd "$b"; done | awk '$3 ~ /^\// {print $3}' | 
 owners=$(for lib in $libs; do echo "$lib" "${lib#/usr}" "/usr${lib}"; done |
   xargs dpkg -S 2>/dev/null || true)
 missing=""
+known=" $(echo $base $runtime) "
+# No reader in these pipelines stops early: under pipefail the writer's SIGPIPE
+# would end the script without a word.
 for lib in $libs; do
   pkg=$(echo "$owners" | awk -v a="$lib" -v b="${lib#/usr}" -v c="/usr$lib" \
-    '{ p = $NF } p == a || p == b || p == c { sub(/:.*/, "", $1); print $1; exit }')
+    '{ p = $NF } !found && (p == a || p == b || p == c) { sub(/:.*/, "", $1); print $1; found = 1 }')
   [ -n "$pkg" ] || { echo "no package owns $lib"; exit 1; }
-  if ! echo " $base $runtime " | tr '\n' ' ' | grep -q " $pkg "; then
-    missing="$missing $pkg($lib)"
-  fi
+  [[ "$known" == *" $pkg "* ]] || missing="$missing $pkg($lib)"
 done
 [ -z "$missing" ] || { echo "runtime stage lacks:$missing"; exit 1; }
 echo "runtime packages cover every library"
