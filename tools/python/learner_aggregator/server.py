@@ -196,26 +196,37 @@ def serve(learner: Any, address: str, *, grace: float = 30.0, **server_options: 
     end of the channel drains and returns like a signal does. A bind failure under a
     channel is reported as INIT_FAILED. `server_options` go to LearnerServer.
     """
-    server = LearnerServer(learner, address, **server_options)
     stop = threading.Event()
-    for signo in (signal.SIGTERM, signal.SIGINT):
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    for signo in stop_signals:
         signal.signal(signo, lambda *_: stop.set())
-    channel = worker.WorkerChannel.from_env()
+    # The kernel gives a process's signal to any thread that does not block it, and
+    # only a signal that lands on the main thread wakes it from a wait: the threads
+    # started from here on (gRPC's, the channel's, and theirs) are born blocking them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     try:
-        server.start()
-    except OSError as e:
+        server = LearnerServer(learner, address, **server_options)
+        channel = worker.WorkerChannel.from_env()
+        try:
+            server.start()
+        except OSError as e:
+            if channel is not None:
+                channel.write(worker.init_reply(f"{type(e).__name__}: {e}"))
+            raise
+        host = address.rsplit(":", 1)[0]
+        print(f"learner listening on {host}:{server.port}", flush=True)
         if channel is not None:
-            channel.write(worker.init_reply(f"{type(e).__name__}: {e}"))
-        raise
-    host = address.rsplit(":", 1)[0]
-    print(f"learner listening on {host}:{server.port}", flush=True)
-    if channel is not None:
-        channel.write(worker.init_reply())
-        channel.write(worker.listening_reply(server.port))
-        threading.Thread(target=_serve_channel_then_stop, name="worker-channel",
-                         args=(channel, worker.Dispatcher(learner, server.lock), stop),
-                         daemon=True).start()
-    stop.wait()
+            channel.write(worker.init_reply())
+            channel.write(worker.listening_reply(server.port))
+            threading.Thread(target=_serve_channel_then_stop, name="worker-channel",
+                             args=(channel, worker.Dispatcher(learner, server.lock), stop),
+                             daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)  # a pending one lands now
+    # Timed waits, for threads the caller started before serve(): a signal caught
+    # by one of them runs its handler at the main thread's next wake-up.
+    while not stop.wait(timeout=0.5):
+        pass
     server.stop(grace)
 
 
