@@ -273,7 +273,8 @@ class Daemon {
   // Worker descendants re-parented to the daemon: their guard is gone, so
   // nothing else would stop them.
   void KillOrphans() {
-    if (const int killed = KillAdopted(Steady::now() + kOrphanKillTimeout)) {
+    if (const int killed = KillAdopted(Steady::now() + kOrphanKillTimeout,
+                                       AdoptedScope::kOtherProcessGroups)) {
       spdlog::warn(
           "killed {} orphaned process(es) left by workers whose guard ended",
           killed);

@@ -143,6 +143,17 @@ struct Daemon {
     channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   }
 
+  // The log lines (stderr) not read yet, up to the end or `deadline`: for the
+  // message of a failed check.
+  std::string RestOfLog(std::chrono::steady_clock::time_point deadline) {
+    std::string rest;
+    for (;;) {
+      auto line = process->ReadLine(deadline, /*from_stderr=*/true);
+      if (!line.ok()) return rest;
+      rest += *line + "\n";
+    }
+  }
+
   // Waits for a log line (stderr) containing `needle`.
   std::string Log(const std::string& needle) {
     return WaitForLine(*process, needle, /*from_stderr=*/true);
@@ -450,6 +461,9 @@ TEST_CASE("A slow metrics client cannot hold the daemon's exit") {
   slow_client.join();
   close(fd);
   REQUIRE(exit.ok());
+  INFO(exit->ToString() << "; the daemon's log after SIGTERM:\n"
+                        << daemon.RestOfLog(std::chrono::steady_clock::now() +
+                                            std::chrono::seconds(2)));
   CHECK(exit->ok());
   // Drain (nothing in flight) plus the metrics stop's 2 s deadline.
   CHECK(std::chrono::steady_clock::now() - signalled < std::chrono::seconds(6));

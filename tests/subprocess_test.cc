@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include "lib/process/adopted.h"
 #include "tests/process_helpers.h"
 // glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
 extern "C" {
@@ -473,6 +474,39 @@ TEST_CASE("Output is inherited when not captured") {
   CHECK(process->ReadLine(Steady::now()).status().code() ==
         absl::StatusCode::kFailedPrecondition);
   CHECK(WaitOrDie(*process).ok());
+}
+
+// The daemon kills its workers' orphans, not a child a library forked in its
+// own process group: under TSan that was the symbolizer, and the daemon then
+// died of SIGPIPE as it exited.
+TEST_CASE("KillAdopted for the daemon spares children in its own group") {
+  const pid_t own_group_child = fork();
+  REQUIRE(own_group_child >= 0);
+  if (own_group_child == 0) {
+    pause();
+    _exit(0);
+  }
+  const pid_t other_group_child = fork();
+  REQUIRE(other_group_child >= 0);
+  if (other_group_child == 0) {
+    setpgid(0, 0);
+    pause();
+    _exit(0);
+  }
+  setpgid(other_group_child, other_group_child);  // whichever runs first
+
+  CHECK(KillAdopted(Steady::now() + kLongWait,
+                    AdoptedScope::kOtherProcessGroups) == 1);
+  errno = 0;
+  CHECK(waitpid(other_group_child, nullptr, WNOHANG) == -1);  // reaped
+  CHECK(errno == ECHILD);
+  CHECK(waitpid(own_group_child, nullptr, WNOHANG) == 0);  // still running
+  CHECK(ReapExitedAdopted(AdoptedScope::kOtherProcessGroups) == 0);
+
+  kill(own_group_child, SIGKILL);
+  int status = 0;
+  CHECK(waitpid(own_group_child, &status, 0) == own_group_child);
+  CHECK(WIFSIGNALED(status));
 }
 
 }  // namespace

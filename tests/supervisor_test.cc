@@ -492,8 +492,9 @@ TEST_CASE("A thread child that does not stop in time is detached, reported") {
   Supervisor supervisor(TestOptions());
   AddChild(supervisor, ChildKind::kThread);
   StartOrDie(supervisor);
-  // busy_ms ignores the stop request.
-  SendPayload busy = Payload(0, "busy_ms", MakeArgs({NumberValue(500)}));
+  // busy_ms ignores the stop request; long enough to outlast the 100 ms stop
+  // however late it starts on a loaded machine (or under TSan).
+  SendPayload busy = Payload(0, "busy_ms", MakeArgs({NumberValue(5000)}));
   SendOrDie(supervisor, busy);
   REQUIRE(supervisor.WaitRunning(0, kLongWait).ok());
   const Steady::time_point start = Steady::now();

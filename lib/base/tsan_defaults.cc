@@ -9,12 +9,13 @@
 // the child only execs; a test also forks the test process itself.
 extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
 
-// Debian's gRPC, protobuf and abseil are not built with -fsanitize=thread:
-// their own locks and atomics are invisible to TSan, so it reports races among
-// their threads (gRPC's pollers and call ops, absl's deadlock graph) that are
-// not races. A race with a frame of theirs (their libraries, or their inline
-// header code in ours) is skipped; a race in this project's code alone is still
-// reported, and this project's locks are seen (mutex.h).
+// Debian's gRPC, protobuf, abseil and yaml-cpp are not built with
+// -fsanitize=thread: their own locks and atomics are invisible to TSan, so it
+// reports races among their threads (gRPC's pollers and call ops, absl's
+// deadlock graph) that are not races. A race with a frame of theirs (their
+// libraries, or their inline header code in ours) is skipped; a race in this
+// project's code alone is still reported, and this project's locks are seen
+// (mutex.h).
 extern "C" const char* __tsan_default_suppressions() {
   return "race:libgrpc.so\n"
          "race:libgrpc++.so\n"
@@ -23,10 +24,12 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:libabsl_\n"
          "race:libprotobuf.so\n"
          "race:libupb.so\n"
+         "race:libyaml-cpp.so\n"
          "race:grpc::\n"
          "race:grpc_core::\n"
          "race:grpc_event_engine::\n"
          "race:absl::\n"
+         "race:YAML::\n"
          "race:google::protobuf::\n";
 }
 

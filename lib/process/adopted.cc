@@ -32,11 +32,13 @@ std::set<pid_t>& Owned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(RegistryMutex()) {
   return *owned;
 }
 
-// This process's children: each /proc/<pid>/stat whose ppid is us, with its
-// state ('Z' for a zombie).
-std::vector<std::pair<pid_t, char>> Children() {
+// This process's unregistered children in `scope`: each /proc/<pid>/stat
+// whose ppid is us, with its state ('Z' for a zombie).
+std::vector<std::pair<pid_t, char>> Adopted(AdoptedScope scope)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(RegistryMutex()) {
   std::vector<std::pair<pid_t, char>> children;
   const pid_t self = getpid();
+  const pid_t own_group = getpgrp();
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return children;
   while (dirent* entry = readdir(proc)) {
@@ -51,8 +53,13 @@ std::vector<std::pair<pid_t, char>> Children() {
     std::istringstream rest(stat.substr(close_paren + 1));
     char state = 0;
     int ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == self) children.emplace_back(pid, state);
+    int pgrp = 0;
+    rest >> state >> ppid >> pgrp;
+    if (ppid != self || Owned().count(pid) != 0) continue;
+    if (scope == AdoptedScope::kOtherProcessGroups && pgrp == own_group) {
+      continue;
+    }
+    children.emplace_back(pid, state);
   }
   closedir(proc);
   return children;
@@ -67,24 +74,24 @@ absl::Status BecomeChildSubreaper() {
   return absl::OkStatus();
 }
 
-int ReapExitedAdopted() {
+int ReapExitedAdopted(AdoptedScope scope) {
   MutexLock lock(&RegistryMutex());
   int reaped = 0;
-  for (const auto& [pid, state] : Children()) {
-    if (state != 'Z' || Owned().count(pid) != 0) continue;
+  for (const auto& [pid, state] : Adopted(scope)) {
+    if (state != 'Z') continue;
     if (waitpid(pid, nullptr, WNOHANG) == pid) ++reaped;
   }
   return reaped;
 }
 
-int KillAdopted(std::chrono::steady_clock::time_point deadline) {
+int KillAdopted(std::chrono::steady_clock::time_point deadline,
+                AdoptedScope scope) {
   int killed = 0;
   for (;;) {
     std::vector<pid_t> adopted;
     {
       MutexLock lock(&RegistryMutex());
-      for (const auto& [pid, state] : Children()) {
-        if (Owned().count(pid) != 0) continue;
+      for (const auto& [pid, state] : Adopted(scope)) {
         if (state != 'Z') kill(pid, SIGKILL);
         adopted.push_back(pid);
       }

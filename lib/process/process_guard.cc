@@ -135,7 +135,8 @@ int RunProcessGuard(int argc, char** argv) {
     if (signo == ParentDiedSignal()) parent_died = true;
     status = (*child)->Poll();
     if (status.has_value()) break;
-    ReapExitedAdopted();  // descendants that ended while the child runs
+    ReapExitedAdopted(AdoptedScope::kAllChildren);  // descendants that ended
+                                                    // while the child runs
   }
   if (!status.has_value()) {
     // The supervisor is gone: nobody will stop this tree but us.
@@ -143,7 +144,7 @@ int RunProcessGuard(int argc, char** argv) {
     status =
         (*child)->Wait(Steady::now() + kKillDeadline).value_or(ExitStatus{});
   }
-  KillAdopted(Steady::now() + kKillDeadline);
+  KillAdopted(Steady::now() + kKillDeadline, AdoptedScope::kAllChildren);
   return ExitLike(*status);
 }
 
