@@ -99,6 +99,31 @@ void RaiseOpenFilesLimit() {
   }
 }
 
+// gperftools' tcmalloc's own interface, present when it is the allocator
+// (//third_party/system:tcmalloc; not under a sanitizer).
+extern "C" int MallocExtension_SetNumericProperty(const char* property,
+                                                  size_t value)
+    __attribute__((weak));
+
+// tcmalloc lets its per-thread caches of small objects grow to 32 MiB in all,
+// slowly, as gRPC's threads take turns: for a daemon of ~30 MiB that is RSS
+// creeping up for hours (+20 % over a 10,000-step soak). 4 MiB keeps small
+// allocations fast; batch buffers are large and never cached per thread.
+// TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES in the environment still decides.
+constexpr size_t kThreadCacheBytes = size_t{4} << 20;
+
+void CapAllocatorThreadCaches() {
+  if (MallocExtension_SetNumericProperty == nullptr ||
+      std::getenv("TCMALLOC_MAX_TOTAL_THREAD_CACHE_BYTES") != nullptr) {
+    return;
+  }
+  if (MallocExtension_SetNumericProperty(
+          "tcmalloc.max_total_thread_cache_bytes", kThreadCacheBytes)) {
+    spdlog::debug("tcmalloc's thread caches capped at {} bytes",
+                  kThreadCacheBytes);
+  }
+}
+
 // One log line: each error of a bad file becomes a "; "-separated part.
 std::string OneLine(absl::string_view text) {
   return absl::StrReplaceAll(text, {{"\n", "; "}});
@@ -129,6 +154,7 @@ class Daemon {
     spdlog::info("aggregatord {} starting with configuration {}", kVersion,
                  config->source);
     RaiseOpenFilesLimit();
+    CapAllocatorThreadCaches();
     if (absl::Status reaper = BecomeChildSubreaper(); !reaper.ok()) {
       spdlog::warn("{}: orphaned worker descendants go to init instead",
                    std::string(reaper.message()));
