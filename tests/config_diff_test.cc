@@ -57,3 +57,36 @@ TEST_CASE("A reload summary says what changes") {
         "learners +1 -1 ~1; workers ~w +x; call_timeout 60000ms -> 5000ms; "
         "connect; log.level info -> debug");
 }
+
+TEST_CASE("Certificates may change on reload; TLS, mTLS and admin.listen not") {
+  AggregatorConfig tls = Base();
+  tls.tls = aggregator::ServerTlsConfig{{"/s.crt", "A"}, {"/s.key", "a"}, {}};
+  AggregatorConfig rotated = tls;
+  rotated.tls->cert.pem = "B";
+  auto summary = DescribeReload(tls, rotated);
+  REQUIRE(summary.ok());
+  CHECK(*summary == "tls certificates");
+
+  AggregatorConfig mtls = tls;
+  mtls.tls->client_ca = {"/ca.crt", "C"};
+  for (const auto& [from, to, words] :
+       {std::make_tuple(Base(), tls, "tls (running off, file says TLS)"),
+        std::make_tuple(tls, mtls, "tls (running TLS, file says mTLS)"),
+        std::make_tuple(mtls, Base(), "tls (running mTLS, file says off)")}) {
+    auto refused = DescribeReload(from, to);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(std::string(refused.status().message()), Catch::Contains(words));
+  }
+  AggregatorConfig moved = Base();
+  moved.admin.listen.reset();
+  auto refused = DescribeReload(Base(), moved);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("admin.listen (running '127.0.0.1:22274', file "
+                             "says '')"));
+
+  // A learner whose TLS changed reconnects: it counts as moved.
+  AggregatorConfig secured = Base();
+  secured.learners[0].tls = aggregator::ClientTlsConfig{};
+  CHECK_THAT(*DescribeReload(Base(), secured), Catch::Contains("~1"));
+}

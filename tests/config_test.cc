@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "lib/config/config_loader.h"
+#include "tests/tls_certificates.h"
 
 namespace aggregator {
 namespace {
@@ -291,14 +292,15 @@ TEST_CASE("Addresses are host:port, [v6]:port or unix:/path", "[config]") {
         "my_host:80", "[::1]:22300", "[2001:db8::7]:443", "unix:/tmp/l.sock"}) {
     INFO(good);
     AggregatorConfig config = Parse(std::string("listen: \"") + good +
-                                    "\"\nlearners: [{id: x, "
-                                    "address: \"" +
+                                    "\"\nallow_insecure: true\n"
+                                    "learners: [{id: x, address: \"" +
                                     good + "\"}]");
     CHECK(config.listen.ToString() == good);
     CHECK(config.learners.at(0).address.ToString() == good);
   }
   // Only the listen address may ask for any free port.
-  CHECK(Parse("listen: 0.0.0.0:0").listen.ToString() == "0.0.0.0:0");
+  CHECK(Parse("listen: 0.0.0.0:0\nallow_insecure: true").listen.ToString() ==
+        "0.0.0.0:0");
 
   struct Case {
     const char* address;
@@ -363,8 +365,9 @@ TEST_CASE("A YAML syntax error points at the parser's position", "[config]") {
 TEST_CASE("Unknown keys are reported at the key with the allowed keys",
           "[config]") {
   CHECK(Error("listen: \"127.0.0.1:1\"\nlisten_port: 5\n") ==
-        "test.yaml:2:1: listen_port: unknown key; allowed here: listen, "
-        "learners, workers, min_learners, connect, call_timeout, "
+        "test.yaml:2:1: listen_port: unknown key; allowed here: listen, tls, "
+        "learner_tls, allow_insecure, admin, learners, workers, min_learners, "
+        "connect, call_timeout, "
         "drain_timeout, metrics, max_message_bytes, max_inflight_bytes, "
         "merge, log");
   CHECK(Error("connect:\n  backoff:\n    jiter: 0.1\n") ==
@@ -373,7 +376,7 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
   CHECK(Error("learners:\n  - id: a\n    adress: \"h:1\"\n    address: "
               "\"h:1\"\n") ==
         "test.yaml:3:5: learners[0].adress: unknown key; allowed here: id, "
-        "address");
+        "address, tls");
   CHECK(Error("log: {level: info, file: x}") ==
         "test.yaml:1:20: log.file: unknown key; allowed here: level");
   CHECK(
@@ -892,7 +895,8 @@ TEST_CASE("Only one YAML document is allowed", "[config]") {
         "test.yaml:3:1: only one YAML document is allowed; remove the \"---\" "
         "separator");
   // A trailing separator with nothing after it is harmless.
-  CHECK(Parse("listen: \"h:1\"\n---\n").listen.ToString() == "h:1");
+  CHECK(Parse("listen: \"127.0.0.1:1\"\n---\n").listen.ToString() ==
+        "127.0.0.1:1");
 }
 
 // Found by tests/fuzz/config_loader_fuzzer: on a stray "," yaml-cpp 0.7's
@@ -998,6 +1002,123 @@ TEST_CASE("Errors stay one per line: control characters are escaped",
           "test.yaml:2:10: log.level: expected one of trace, debug, info, "
           "warn, error, critical, off, got \"in\\nfo\\x1b[31m\"");
   }
+}
+
+TEST_CASE("tls, learner_tls and a learner's own tls are read",
+          "[config][tls]") {
+  const AggregatorConfig config = Parse(
+      "tls: {cert: /s.crt, key: /s.key, client_ca: /ca.crt}\n"
+      "learner_tls: {ca: /ca.crt, server_name: learners.internal}\n"
+      "learners:\n"
+      "  - {id: a, address: \"10.0.0.1:1\"}\n"
+      "  - id: b\n"
+      "    address: \"10.0.0.2:1\"\n"
+      "    tls: {ca: /b-ca.crt, cert: /c.crt, key: /c.key}\n"
+      "admin: {listen: \"0.0.0.0:22274\"}\n");
+  REQUIRE(config.tls.has_value());
+  CHECK(config.tls->cert.path == "/s.crt");
+  CHECK(config.tls->key.path == "/s.key");
+  CHECK(config.tls->client_ca.path == "/ca.crt");
+  CHECK(config.tls->cert.pem.empty());  // ParseConfig reads no files
+  // learner_tls is each learner's unless it has its own.
+  REQUIRE(config.learners.at(0).tls.has_value());
+  CHECK(config.learners[0].tls->ca.path == "/ca.crt");
+  CHECK(config.learners[0].tls->server_name == "learners.internal");
+  REQUIRE(config.learners.at(1).tls.has_value());
+  CHECK(config.learners[1].tls->ca.path == "/b-ca.crt");
+  CHECK(config.learners[1].tls->cert.path == "/c.crt");
+  CHECK(config.learners[1].tls->server_name.empty());
+  CHECK(config.admin.listen->ToString() == "0.0.0.0:22274");
+
+  const AggregatorConfig defaults = Parse("");
+  CHECK_FALSE(defaults.tls.has_value());
+  CHECK_FALSE(defaults.allow_insecure);
+  CHECK(defaults.admin.listen->ToString() == "127.0.0.1:22274");
+  CHECK_FALSE(Parse("admin: {listen: \"\"}").admin.listen.has_value());
+}
+
+TEST_CASE("TLS sections are checked where they are written", "[config][tls]") {
+  CHECK(Error("tls: {cert: /s.crt}") ==
+        "test.yaml:1:6: tls: needs both \"cert\" and \"key\" (key is "
+        "missing)");
+  CHECK(Error("tls: {}") ==
+        "test.yaml:1:6: tls: needs both \"cert\" and \"key\" (cert is "
+        "missing)");
+  CHECK(Error("learner_tls: {key: /c.key}") ==
+        "test.yaml:1:14: learner_tls: needs both \"cert\" and \"key\" (cert "
+        "is missing)");
+  CHECK(Error("tls: {cert: \"\", key: /s.key}") ==
+        "test.yaml:1:13: tls.cert: must not be empty (a PEM file's path)");
+  CHECK(Error("tls: {cert: /s.crt, key: /s.key, ca: /ca.crt}") ==
+        "test.yaml:1:34: tls.ca: unknown key; allowed here: cert, key, "
+        "client_ca");
+  CHECK(Error("allow_insecure: yes") ==
+        "test.yaml:1:17: allow_insecure: expected true or false, got \"yes\"");
+}
+
+TEST_CASE("Plaintext that other hosts can reach needs allow_insecure",
+          "[config][tls]") {
+  CHECK(Error("admin: {listen: \"0.0.0.0:1\"}") ==
+        "test.yaml:1:17: admin.listen: plaintext on \"0.0.0.0:1\", which "
+        "other hosts can reach: set tls (cert and key), or allow_insecure: "
+        "true to accept it");
+  CHECK(Error("listen: \"[::]:1\"").find("test.yaml:1:9: listen: plaintext") ==
+        0);
+  // Loopback and unix sockets are private; TLS or allow_insecure accept the
+  // rest.
+  for (const char* ok :
+       {"listen: \"[::1]:1\"", "listen: \"localhost:1\"",
+        "listen: \"unix:/run/a.sock\"",
+        "listen: \"0.0.0.0:1\"\nallow_insecure: true",
+        "listen: \"0.0.0.0:1\"\ntls: {cert: /s.crt, key: /s.key}"}) {
+    INFO(ok);
+    CHECK(ParseConfig(ok, kSource).ok());
+  }
+}
+
+TEST_CASE("LoadConfigFile reads and checks the PEM files", "[config][tls]") {
+  const testing::Certificates& certs = testing::Certs();
+  const std::string dir = testing::TempDir();
+  auto load = [&](const std::string& cert, const std::string& key) {
+    return LoadConfigFile(testing::WriteFile(
+        dir + "/tls.yaml", "tls:\n  cert: " + cert + "\n  key: " + key +
+                               "\n  client_ca: " + certs.Path("ca.crt") +
+                               "\n"));
+  };
+  auto good = load(certs.Path("server.crt"), certs.Path("server.key"));
+  INFO(good.status().ToString());
+  REQUIRE(good.ok());
+  CHECK(good->tls->cert.pem == certs.Read("server.crt"));
+  CHECK(good->tls->key.pem == certs.Read("server.key"));
+  CHECK(good->tls->client_ca.pem == certs.Read("ca.crt"));
+
+  auto mismatched = load(certs.Path("server.crt"), certs.Path("client.key"));
+  REQUIRE_FALSE(mismatched.ok());
+  CHECK_THAT(std::string(mismatched.status().message()),
+             Contains(":3:8: tls.key: \"" + certs.Path("client.key") +
+                      "\" with \"" + certs.Path("server.crt") +
+                      "\": the private key does not belong to the "
+                      "certificate"));
+
+  const std::string garbage =
+      testing::WriteFile(dir + "/garbage.crt", "not a certificate\n");
+  auto bad_cert = load(garbage, certs.Path("server.key"));
+  REQUIRE_FALSE(bad_cert.ok());
+  CHECK_THAT(
+      std::string(bad_cert.status().message()),
+      Contains(":2:9: tls.cert: \"" + garbage + "\": no PEM certificate"));
+
+  auto key_as_cert = load(certs.Path("server.key"), certs.Path("server.key"));
+  REQUIRE_FALSE(key_as_cert.ok());
+  CHECK_THAT(std::string(key_as_cert.status().message()),
+             Contains("tls.cert: \"" + certs.Path("server.key") +
+                      "\": no PEM certificate"));
+
+  auto missing = load(dir + "/absent.crt", certs.Path("server.key"));
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(std::string(missing.status().message()),
+             Contains(":2:9: tls.cert: " + dir +
+                      "/absent.crt: cannot read PEM file: No such file"));
 }
 
 }  // namespace

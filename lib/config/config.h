@@ -48,15 +48,68 @@ struct ConnectConfig {
   }
 };
 
+// A PEM file named in the configuration: its path and, once LoadConfigFile
+// has read and checked it, its text. Comparing the text is what makes a
+// certificate rotated on disk a change a reload applies.
+struct PemFile {
+  std::string path;  // empty: not set
+  std::string pem;
+
+  bool empty() const { return path.empty(); }
+  bool operator==(const PemFile& other) const {
+    return std::tie(path, pem) == std::tie(other.path, other.pem);
+  }
+  bool operator!=(const PemFile& other) const { return !(*this == other); }
+};
+
+// tls: the listeners' certificate (cert and key both set), and client_ca for
+// mTLS (set: clients must present a certificate it signed).
+struct ServerTlsConfig {
+  PemFile cert;
+  PemFile key;
+  PemFile client_ca;
+
+  bool operator==(const ServerTlsConfig& other) const {
+    const auto& [a_cert, a_key, a_ca] = *this;
+    const auto& [b_cert, b_key, b_ca] = other;
+    return std::tie(a_cert, a_key, a_ca) == std::tie(b_cert, b_key, b_ca);
+  }
+  bool operator!=(const ServerTlsConfig& other) const {
+    return !(*this == other);
+  }
+};
+
+// learner_tls, or a learner's own tls: how calls to learners are secured.
+struct ClientTlsConfig {
+  PemFile ca;    // empty: the system's roots
+  PemFile cert;  // our client certificate, for learners that require mTLS
+  PemFile key;   // set with cert
+  // The name the learner's certificate must carry; empty: the address's host.
+  std::string server_name;
+
+  bool operator==(const ClientTlsConfig& other) const {
+    const auto& [a_ca, a_cert, a_key, a_name] = *this;
+    const auto& [b_ca, b_cert, b_key, b_name] = other;
+    return std::tie(a_ca, a_cert, a_key, a_name) ==
+           std::tie(b_ca, b_cert, b_key, b_name);
+  }
+  bool operator!=(const ClientTlsConfig& other) const {
+    return !(*this == other);
+  }
+};
+
 // A remote learner from `learners:`.
 struct LearnerEndpoint {
   std::string id;    // unique, non-empty
   HostPort address;  // TCP (port >= 1) or a unix socket
+  // The learner's own `tls:`, else `learner_tls` (set by the loader); none:
+  // plaintext. Learner workers, on loopback, are always called in plaintext.
+  std::optional<ClientTlsConfig> tls;
 
   bool operator==(const LearnerEndpoint& other) const {
-    const auto& [a_id, a_address] = *this;
-    const auto& [b_id, b_address] = other;
-    return std::tie(a_id, a_address) == std::tie(b_id, b_address);
+    const auto& [a_id, a_address, a_tls] = *this;
+    const auto& [b_id, b_address, b_tls] = other;
+    return std::tie(a_id, a_address, a_tls) == std::tie(b_id, b_address, b_tls);
   }
   bool operator!=(const LearnerEndpoint& other) const {
     return !(*this == other);
@@ -161,6 +214,13 @@ struct MetricsConfig {
   std::optional<HostPort> listen = HostPort::Tcp("127.0.0.1", 22273);
 };
 
+struct AdminConfig {
+  // admin.listen: where AggregatorAdmin (status, reload) is served, with the
+  // same TLS as `listen` when `tls` is set; "" turns it off. Cannot change on
+  // reload.
+  std::optional<HostPort> listen = HostPort::Tcp("127.0.0.1", 22274);
+};
+
 struct LogConfig {
   // log.level: trace, debug, info, warn, error, critical or off.
   std::string level = "info";
@@ -170,9 +230,21 @@ struct AggregatorConfig {
   // Where this configuration came from: a file path, or "<embedded default>".
   std::string source;
 
-  // listen: where the Learner, admin and health services are served (port 0:
-  // a free port). Cannot change on reload.
+  // listen: where the Learner and health services are served (port 0: a free
+  // port). Cannot change on reload.
   HostPort listen = HostPort::Tcp("127.0.0.1", 22272);
+  // tls: TLS (and with client_ca mTLS) on `listen` and `admin.listen`. Whether
+  // it is set, and whether client_ca is, cannot change on reload; the files
+  // are re-read on every reload.
+  std::optional<ServerTlsConfig> tls;
+  // learner_tls: TLS on calls to `learners:` entries without a tls of their
+  // own (already applied to each LearnerEndpoint).
+  std::optional<ClientTlsConfig> learner_tls;
+  // allow_insecure: a plaintext listener (listen, admin.listen) that other
+  // hosts can reach (not loopback, not a unix socket) is a configuration
+  // error unless true.
+  bool allow_insecure = false;
+  AdminConfig admin;
   std::vector<LearnerEndpoint> learners;
   // Local worker processes the daemon runs; learner workers join `learners`.
   std::vector<WorkerSpec> workers;

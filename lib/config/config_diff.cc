@@ -27,7 +27,7 @@ void Changed(const char* field, std::chrono::milliseconds from,
   }
 }
 
-// "learners +1 -0 ~1" (added, removed, moved to another address), or
+// "learners +1 -0 ~1" (added, removed, moved to another address or TLS), or
 // "learners reordered".
 void DescribeLearners(const std::vector<LearnerEndpoint>& running,
                       const std::vector<LearnerEndpoint>& next,
@@ -44,7 +44,8 @@ void DescribeLearners(const std::vector<LearnerEndpoint>& running,
     auto same_id = find(running, learner.id);
     if (same_id == running.end()) {
       ++added;
-    } else if (same_id->address != learner.address) {
+    } else if (same_id->address != learner.address ||
+               same_id->tls != learner.tls) {
       ++moved;
     }
   }
@@ -91,14 +92,29 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
                                            const AggregatorConfig& next) {
   // Every field is named here, so one added to AggregatorConfig stops this
   // compiling until it is classed as frozen (needs a restart) or described.
-  const auto& [source, listen, learners, workers, service, connect,
-               max_message_bytes, log, drain_timeout, metrics] = next;
-  (void)source;  // where it came from, not what it says
+  const auto& [source, listen, tls, learner_tls, allow_insecure, admin,
+               learners, workers, service, connect, max_message_bytes, log,
+               drain_timeout, metrics] = next;
+  (void)source;       // where it came from, not what it says
+  (void)learner_tls;  // already applied to each of `learners`
 
   std::vector<std::string> frozen;
   if (running.listen != listen) {
     frozen.push_back(absl::StrCat("listen (running ", running.listen.ToString(),
                                   ", file says ", listen.ToString(), ")"));
+  }
+  if (running.admin.listen != admin.listen) {
+    frozen.push_back(
+        absl::StrCat("admin.listen (running '", Describe(running.admin.listen),
+                     "', file says '", Describe(admin.listen), "')"));
+  }
+  // The certificates may change; whether there is TLS, or mTLS, may not.
+  auto tls_mode = [](const std::optional<ServerTlsConfig>& tls) {
+    return !tls ? "off" : tls->client_ca.empty() ? "TLS" : "mTLS";
+  };
+  if (std::string(tls_mode(running.tls)) != tls_mode(tls)) {
+    frozen.push_back(absl::StrCat("tls (running ", tls_mode(running.tls),
+                                  ", file says ", tls_mode(tls), ")"));
   }
   if (running.max_message_bytes != max_message_bytes) {
     frozen.push_back(absl::StrCat("max_message_bytes (running ",
@@ -117,6 +133,11 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   }
 
   std::vector<std::string> changes;
+  if (running.tls != tls) changes.push_back("tls certificates");
+  if (running.allow_insecure != allow_insecure) {
+    changes.push_back(
+        absl::StrCat("allow_insecure ", allow_insecure ? "true" : "false"));
+  }
   DescribeLearners(running.learners, learners, &changes);
   DescribeWorkers(running.workers, workers, &changes);
   const auto& [min_learners, call_timeout, merge, max_inflight_bytes] = service;

@@ -31,6 +31,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "lib/base/mutex.h"
+#include "lib/tls/pem.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
@@ -182,9 +183,15 @@ class DocumentWalker : public YAML::EventHandler {
   }
 };
 
+absl::Status ReadFile(const std::string& path, absl::string_view what,
+                      std::string* out);
+
 class Parser {
  public:
-  explicit Parser(std::string source) : source_(std::move(source)) {}
+  // `read_files`: PEM files named in tls sections are read and checked (else
+  // only their paths are kept).
+  Parser(std::string source, bool read_files)
+      : source_(std::move(source)), read_files_(read_files) {}
 
   absl::StatusOr<AggregatorConfig> Parse(const std::string& yaml) {
     AggregatorConfig config;
@@ -232,6 +239,25 @@ class Parser {
     ReadRoot(*root, config, &min_learners);
     CheckWorkers(config->workers);
     if (min_learners) CheckMinLearners(*min_learners, *config);
+    for (LearnerEndpoint& learner : config->learners) {
+      if (!learner.tls) learner.tls = config->learner_tls;
+    }
+    CheckPlaintextListeners(*config);
+  }
+
+  // Plaintext that other hosts can reach needs saying so.
+  void CheckPlaintextListeners(const AggregatorConfig& config) {
+    if (config.tls || config.allow_insecure) return;
+    auto check = [&](const std::optional<Field>& field,
+                     const std::optional<HostPort>& address) {
+      if (!field || !address || address->IsLoopback()) return;
+      Error(*field,
+            absl::StrCat("plaintext on ", Quote(address->ToString()),
+                         ", which other hosts can reach: set tls (cert and "
+                         "key), or allow_insecure: true to accept it"));
+    };
+    check(listen_field_, config.listen);
+    check(admin_listen_field_, config.admin.listen);
   }
 
   // False, reported, unless the stream holds at most one document with
@@ -298,7 +324,22 @@ class Parser {
         {
             {"listen",
              [&](const Field& f) {
-               ReadAddress(f, /*allow_port_zero=*/true, &config->listen);
+               if (ReadAddress(f, /*allow_port_zero=*/true, &config->listen)) {
+                 listen_field_ = f;
+               }
+             }},
+            {"tls", [&](const Field& f) { ReadServerTls(f, &config->tls); }},
+            {"learner_tls",
+             [&](const Field& f) { ReadClientTls(f, &config->learner_tls); }},
+            {"allow_insecure",
+             [&](const Field& f) { ReadBool(f, &config->allow_insecure); }},
+            {"admin",
+             [&](const Field& f) {
+               ReadMap(f, {{"listen", [&](const Field& listen) {
+                              ReadOptionalAddress(listen,
+                                                  &config->admin.listen);
+                              admin_listen_field_ = listen;
+                            }}});
              }},
             {"learners",
              [&](const Field& f) { ReadLearners(f, &config->learners); }},
@@ -706,8 +747,11 @@ class Parser {
       }
       std::optional<Field> id;
       std::optional<Field> address;
-      ReadMap(item, {{"id", [&](const Field& f) { id = f; }},
-                     {"address", [&](const Field& f) { address = f; }}});
+      ReadMap(
+          item,
+          {{"id", [&](const Field& f) { id = f; }},
+           {"address", [&](const Field& f) { address = f; }},
+           {"tls", [&](const Field& f) { ReadClientTls(f, &learner.tls); }}});
       if (!id) {
         Error(item, "missing \"id\" (a unique, non-empty name)");
       } else if (ReadString(*id, &learner.id)) {
@@ -730,6 +774,91 @@ class Parser {
         ReadAddress(*address, /*allow_port_zero=*/false, &learner.address);
       }
     });
+  }
+
+  // tls: cert and key (both), client_ca (optional).
+  void ReadServerTls(const Field& field, std::optional<ServerTlsConfig>* out) {
+    ServerTlsConfig tls;
+    std::optional<Field> cert, key, client_ca;
+    ReadMap(field, {{"cert", [&](const Field& f) { cert = f; }},
+                    {"key", [&](const Field& f) { key = f; }},
+                    {"client_ca", [&](const Field& f) { client_ca = f; }}});
+    if (!ReadIdentity(field, cert, key, /*required=*/true, &tls.cert,
+                      &tls.key)) {
+      return;
+    }
+    if (client_ca) ReadCertificates(*client_ca, &tls.client_ca);
+    *out = std::move(tls);
+  }
+
+  // learner_tls, or a learner's tls: ca, cert and key (optional, both or
+  // neither), server_name.
+  void ReadClientTls(const Field& field, std::optional<ClientTlsConfig>* out) {
+    ClientTlsConfig tls;
+    std::optional<Field> cert, key;
+    ReadMap(field,
+            {{"ca", [&](const Field& f) { ReadCertificates(f, &tls.ca); }},
+             {"cert", [&](const Field& f) { cert = f; }},
+             {"key", [&](const Field& f) { key = f; }},
+             {"server_name",
+              [&](const Field& f) { ReadString(f, &tls.server_name); }}});
+    if (!ReadIdentity(field, cert, key, /*required=*/false, &tls.cert,
+                      &tls.key)) {
+      return;
+    }
+    *out = std::move(tls);
+  }
+
+  // A certificate and its key, both given (or, unless `required`, neither);
+  // they must belong together.
+  bool ReadIdentity(const Field& section, const std::optional<Field>& cert,
+                    const std::optional<Field>& key, bool required,
+                    PemFile* cert_out, PemFile* key_out) {
+    if (!cert && !key && !required) return true;
+    if (!cert || !key) {
+      Error(section, absl::StrCat("needs both \"cert\" and \"key\" (",
+                                  !cert ? "cert" : "key", " is missing)"));
+      return false;
+    }
+    const bool cert_ok = ReadCertificates(*cert, cert_out);
+    const bool key_ok = ReadPem(*key, key_out);
+    if (!cert_ok || !key_ok) return false;
+    if (!read_files_) return true;
+    if (absl::Status pair = CheckKeyPair(cert_out->pem, key_out->pem);
+        !pair.ok()) {
+      Error(*key, absl::StrCat(Quote(key_out->path), " with ",
+                               Quote(cert_out->path), ": ", pair.message()));
+      return false;
+    }
+    return true;
+  }
+
+  // A PEM file of one or more certificates.
+  bool ReadCertificates(const Field& field, PemFile* out) {
+    if (!ReadPem(field, out)) return false;
+    if (!read_files_) return true;
+    if (absl::Status status = CheckCertificates(out->pem); !status.ok()) {
+      Error(field, absl::StrCat(Quote(out->path), ": ", status.message()));
+      return false;
+    }
+    return true;
+  }
+
+  // A non-empty path, and the file's text when files are read.
+  bool ReadPem(const Field& field, PemFile* out) {
+    if (!ReadString(field, &out->path)) return false;
+    if (out->path.empty()) {
+      Error(field, "must not be empty (a PEM file's path)");
+      return false;
+    }
+    if (!read_files_) return true;
+    out->pem.clear();
+    if (absl::Status status = ReadFile(out->path, "PEM file", &out->pem);
+        !status.ok()) {
+      Error(field, status.message());
+      return false;
+    }
+    return true;
   }
 
   // Checks that `field` is a map whose keys are all in `keys`, each at most
@@ -1035,7 +1164,11 @@ class Parser {
   }
 
   std::string source_;
+  const bool read_files_;
   std::vector<Problem> errors_;
+  // Where listen and admin.listen were written (unset: the default).
+  std::optional<Field> listen_field_;
+  std::optional<Field> admin_listen_field_;
   // Where each id of `learners:` was first written.
   std::map<std::string, YAML::Mark> learner_ids_;
   // One per entry of config->workers, in the same order.
@@ -1054,8 +1187,9 @@ const char* FileKind(mode_t mode) {
 // Reads all of `path`, or says why not (errno's text, status code from errno).
 // Opened without blocking and refused unless it is a regular file, so a FIFO
 // or a device at the path cannot stall the reader.
-absl::Status ReadFile(const std::string& path, std::string* out) {
-  const std::string context = absl::StrCat(path, ": cannot read configuration");
+absl::Status ReadFile(const std::string& path, absl::string_view what,
+                      std::string* out) {
+  const std::string context = absl::StrCat(path, ": cannot read ", what);
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::ErrnoToStatus(errno, context);
   struct stat info;
@@ -1067,7 +1201,7 @@ absl::Status ReadFile(const std::string& path, std::string* out) {
         context, ": it is ", FileKind(info.st_mode), ", not a regular file"));
   } else if (static_cast<uint64_t>(info.st_size) > kMaxFileBytes) {
     status = absl::InvalidArgumentError(
-        absl::StrCat(context, ": larger than 16MiB, not a configuration file"));
+        absl::StrCat(context, ": larger than 16MiB, not a ", what));
   }
   char buffer[64 * 1024];
   while (status.ok()) {
@@ -1080,8 +1214,8 @@ absl::Status ReadFile(const std::string& path, std::string* out) {
     if (n == 0) break;
     out->append(buffer, static_cast<size_t>(n));
     if (out->size() > kMaxFileBytes) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          context, ": larger than 16MiB, not a configuration file"));
+      status = absl::InvalidArgumentError(
+          absl::StrCat(context, ": larger than 16MiB, not a ", what));
     }
   }
   close(fd);
@@ -1092,14 +1226,15 @@ absl::Status ReadFile(const std::string& path, std::string* out) {
 
 absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
                                              std::string_view source) {
-  return Parser(std::string(source)).Parse(std::string(yaml));
+  return Parser(std::string(source), /*read_files=*/false)
+      .Parse(std::string(yaml));
 }
 
 absl::StatusOr<AggregatorConfig> LoadConfigFile(const std::string& path) {
   std::string text;
-  absl::Status status = ReadFile(path, &text);
+  absl::Status status = ReadFile(path, "configuration", &text);
   if (!status.ok()) return status;
-  return ParseConfig(text, path);
+  return Parser(path, /*read_files=*/true).Parse(text);
 }
 
 absl::StatusOr<AggregatorConfig> LoadConfigFile(
