@@ -214,6 +214,12 @@ class Daemon {
             absl::StrCat("--listen: bad address \"", options_.listen,
                          "\": ", listen.status().message()));
       }
+      if (!config->tls && !config->allow_insecure && !listen->IsLoopback()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--listen: plaintext on \"", options_.listen,
+            "\", which other hosts can reach: set tls (cert and key), or "
+            "allow_insecure: true to accept it"));
+      }
       config->listen = *std::move(listen);
     }
     if (!options_.log_level.empty()) config->log.level = options_.log_level;

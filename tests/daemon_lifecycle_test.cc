@@ -123,7 +123,8 @@ std::string Config(const std::vector<Learner>& learners,
   }
   return yaml +
          "min_learners: 1\nconnect: {backoff: {initial: 50ms, max: 200ms}}\n"
-         "metrics: {listen: \"127.0.0.1:0\"}\n" +
+         "metrics: {listen: \"127.0.0.1:0\"}\n"
+         "admin: {listen: \"127.0.0.1:0\"}\n" +
          extra;
 }
 
@@ -141,6 +142,12 @@ struct Daemon {
     const size_t at = listening.find(" on ") + 4;
     address = listening.substr(at, listening.find(' ', at) - at);
     channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    const std::string admin = Log("admin on ");
+    const size_t admin_at = admin.find(" on ") + 4;
+    admin_address =
+        admin.substr(admin_at, admin.find(' ', admin_at) - admin_at);
+    admin_channel =
+        grpc::CreateChannel(admin_address, grpc::InsecureChannelCredentials());
   }
 
   // The log lines (stderr) not read yet, up to the end or `deadline`: for the
@@ -160,12 +167,12 @@ struct Daemon {
   }
 
   grpc::Status Reload(pb::ReloadReply* reply) {
-    auto admin = pb::AggregatorAdmin::NewStub(channel);
+    auto admin = pb::AggregatorAdmin::NewStub(admin_channel);
     return admin->Reload(Deadline().get(), {}, reply);
   }
 
   pb::AggregatorStatus Status() {
-    auto admin = pb::AggregatorAdmin::NewStub(channel);
+    auto admin = pb::AggregatorAdmin::NewStub(admin_channel);
     pb::AggregatorStatus status;
     REQUIRE(admin->GetStatus(Deadline().get(), {}, &status).ok());
     return status;
@@ -182,6 +189,8 @@ struct Daemon {
   std::unique_ptr<aggregator::Subprocess> process;
   std::string address;
   std::shared_ptr<grpc::Channel> channel;
+  std::string admin_address;  // AggregatorAdmin's own listener
+  std::shared_ptr<grpc::Channel> admin_channel;
 };
 
 int LearnerCount(Daemon& daemon) {
@@ -273,10 +282,10 @@ TEST_CASE(
     const grpc::Status status = daemon.Reload(&reply);
     CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
     CHECK_THAT(status.error_message(),
-               Catch::Contains(config + ":8:1: YAML syntax error"));
+               Catch::Contains(config + ":9:1: YAML syntax error"));
     REQUIRE(daemon.process->Signal(SIGHUP).ok());
     CHECK_THAT(daemon.Log("reload failed"),
-               Catch::Contains(config + ":8:1: YAML syntax error"));
+               Catch::Contains(config + ":9:1: YAML syntax error"));
     CHECK(LearnerCount(daemon) == 1);
     CHECK(daemon.Status().config_generation() == 1);
   }
@@ -377,7 +386,8 @@ TEST_CASE("Reload scales workers and changes the log level") {
   // An unreachable learner: the pool logs each failed attempt at debug level.
   const std::string ghost = "127.0.0.1:" + std::to_string(ClosedPort());
   auto worker_config = [&](int replicas, const std::string& level) {
-    return "listen: \"127.0.0.1:0\"\nmetrics: {listen: \"\"}\nmin_learners: 0\n"
+    return "listen: \"127.0.0.1:0\"\nmetrics: {listen: \"\"}\n"
+           "admin: {listen: \"127.0.0.1:0\"}\nmin_learners: 0\n"
            "learners: [{id: ghost, address: \"" +
            ghost +
            "\"}]\n"

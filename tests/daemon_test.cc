@@ -10,6 +10,7 @@
 
 #include "tests/process_helpers.h"
 #include "tests/test_cluster.h"
+#include "tests/tls_certificates.h"
 
 using namespace aggregator::testing;
 namespace pb = aggregator::v1;
@@ -36,20 +37,28 @@ LearnerProcess StartLearnerProcess(std::vector<std::string> extra = {}) {
 // Starts aggregatord on `config` and waits until min_learners are ready.
 std::unique_ptr<aggregator::Subprocess> StartDaemon(
     const std::string& config, std::string* address,
-    std::string* metrics_port = nullptr) {
+    std::string* metrics_port = nullptr, std::string* admin_address = nullptr) {
   auto daemon = Spawn({kDaemon, "--config", config, "--listen", "127.0.0.1:0"});
-  // The log says where it listens, where metrics are, and when it serves, the
-  // last two in either order.
+  // The log says where it listens (Learner API, then admin), where metrics
+  // are, and when it serves, the last two in either order.
   bool serving = false;
   bool metrics = false;
+  bool admin = false;
   const auto deadline = std::chrono::steady_clock::now() + kLongWait;
-  while (!serving || !metrics || address->empty()) {
+  while (!serving || !metrics || !admin || address->empty()) {
     auto line = daemon->ReadLine(deadline, /*from_stderr=*/true);
     REQUIRE(line.ok());
     if (size_t at = line->find("aggregatord listening on ");
         at != std::string::npos) {
       at += 25;
       *address = line->substr(at, line->find(' ', at) - at);
+    }
+    if (size_t at = line->find("admin on "); at != std::string::npos) {
+      admin = true;
+      at += 9;
+      if (admin_address != nullptr) {
+        *admin_address = line->substr(at, line->find(' ', at) - at);
+      }
     }
     if (size_t at = line->find("metrics on http://"); at != std::string::npos) {
       metrics = true;
@@ -77,7 +86,8 @@ std::string TwoLearnerConfig(const std::string& dir, const LearnerProcess& a,
                        "min_learners: 2\n"
                        "connect: {backoff: {initial: 50ms, max: 200ms}}\n"
                        "call_timeout: 5s\n"
-                       "metrics: {listen: \"127.0.0.1:0\"}\n");
+                       "metrics: {listen: \"127.0.0.1:0\"}\n"
+                       "admin: {listen: \"127.0.0.1:0\"}\n");
 }
 
 struct BadConfig {
@@ -105,6 +115,13 @@ TEST_CASE(
       {"bad address", "learners:\n  - id: a\n    address: nohostport\n",
        "3:14: learners[0].address: bad address"},
       {"bad duration", "call_timeout: 10\n", "1:15: call_timeout:"},
+      {"plaintext on every interface", "listen: \"0.0.0.0:0\"\n",
+       "1:9: listen: plaintext on \"0.0.0.0:0\", which other hosts can reach: "
+       "set tls (cert and key), or allow_insecure: true"},
+      {"a certificate that cannot be read",
+       "tls: {cert: /nonexistent/server.crt, key: /nonexistent/server.key}\n",
+       "1:13: tls.cert: /nonexistent/server.crt: cannot read PEM file: No such "
+       "file"},
   };
   for (const BadConfig& bad : cases) {
     SECTION(bad.what) {
@@ -133,6 +150,101 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("allow_insecure: true serves plaintext on every interface, warning") {
+  const std::string dir = TempDir();
+  const std::string path =
+      WriteFile(dir + "/open.yaml",
+                "listen: \"0.0.0.0:0\"\nallow_insecure: true\nmin_learners: 0\n"
+                "metrics: {listen: \"\"}\nadmin: {listen: \"\"}\n");
+  auto daemon = Spawn({kDaemon, "--config", path});
+  // The log names the address as bound, not a rewritten one.
+  const std::string listening = WaitForLine(*daemon, "listening on", true);
+  CHECK_THAT(listening, Catch::Contains("aggregatord listening on 0.0.0.0:") &&
+                            Catch::Contains("(plaintext)"));
+  CHECK_THAT(WaitForLine(*daemon, "allow_insecure", true),
+             Catch::Contains("plaintext on an address other hosts can reach"));
+  REQUIRE(daemon->Signal(SIGTERM).ok());
+  auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+}
+
+TEST_CASE(
+    "mTLS end to end: aggregatorctl -> aggregatord -> example learners, all "
+    "with certificates") {
+  const Certificates& certs = Certs();
+  const std::string dir = TempDir();
+  const std::vector<std::string> learner_tls = {
+      "--tls-cert",      certs.Path("server.crt"),
+      "--tls-key",       certs.Path("server.key"),
+      "--tls-client-ca", certs.Path("ca.crt")};
+  LearnerProcess a = StartLearnerProcess(learner_tls);
+  LearnerProcess b = StartLearnerProcess(learner_tls);
+  const std::string client = "ca: " + certs.Path("ca.crt") +
+                             ", cert: " + certs.Path("client.crt") +
+                             ", key: " + certs.Path("client.key");
+  const std::string config = WriteFile(
+      dir + "/tls.yaml",
+      "listen: \"127.0.0.1:0\"\n"
+      "tls: {cert: " +
+          certs.Path("server.crt") + ", key: " + certs.Path("server.key") +
+          ", client_ca: " + certs.Path("ca.crt") +
+          "}\n"
+          "learner_tls: {" +
+          client +
+          ", server_name: localhost}\n"
+          "learners:\n"
+          "  - {id: a, address: \"" +
+          a.address + "\"}\n  - {id: b, address: \"" + b.address +
+          "\"}\n"
+          "min_learners: 2\n"
+          "connect: {backoff: {initial: 50ms, max: 200ms}}\n"
+          "metrics: {listen: \"\"}\nadmin: {listen: \"127.0.0.1:0\"}\n");
+  auto daemon = Spawn({kDaemon, "--config", config});
+  std::string listening = WaitForLine(*daemon, "listening on", true);
+  CHECK_THAT(listening, Catch::Contains("(mTLS)"));
+  const size_t at = listening.find(" on ") + 4;
+  const std::string address =
+      listening.substr(at, listening.find(' ', at) - at);
+  const std::string admin = WaitForLine(*daemon, "admin on ", true);
+  const size_t admin_at = admin.find("admin on ") + 9;
+  const std::string admin_address =
+      admin.substr(admin_at, admin.find(' ', admin_at) - admin_at);
+  WaitForLine(*daemon, "serving: 2 of 2", true);
+
+  const std::vector<std::string> ctl_tls = {
+      "--tls-ca",          certs.Path("ca.crt"),
+      "--tls-cert",        certs.Path("client.crt"),
+      "--tls-key",         certs.Path("client.key"),
+      "--tls-server-name", "localhost"};
+  auto ctl = [&](std::vector<std::string> args, bool with_tls) {
+    std::vector<std::string> argv = {
+        kCtl, "--target", address, "--admin", admin_address, "--timeout", "5"};
+    if (with_tls) argv.insert(argv.end(), ctl_tls.begin(), ctl_tls.end());
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto process = Spawn(argv);
+    std::string out = ReadAll(*process, false) + ReadAll(*process, true);
+    auto exit = process->Wait(std::chrono::steady_clock::now() + kLongWait);
+    REQUIRE(exit.ok());
+    return std::make_pair(exit->exit_code, out);
+  };
+  auto [run_code, run_out] =
+      ctl({"run", "--steps", "2", "--bytes", "100"}, true);
+  INFO(run_out);
+  CHECK(run_code == 0);
+  CHECK_THAT(run_out, Catch::Contains("steps 2"));
+  auto [status_code, status_out] = ctl({"status"}, true);
+  CHECK(status_code == 0);
+  CHECK_THAT(status_out, Catch::Contains("ready"));
+  // Without a certificate the aggregator lets nobody in.
+  CHECK(ctl({"resource"}, false).first != 0);
+
+  REQUIRE(daemon->Signal(SIGTERM).ok());
+  auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->ok());
+}
+
 TEST_CASE("--check passes the default configuration, embedded and on disk") {
   for (std::vector<std::string> argv :
        {std::vector<std::string>{kDaemon, "--check"},
@@ -154,8 +266,9 @@ TEST_CASE(
   LearnerProcess b = StartLearnerProcess({"--batch-size", "16"});
   std::string address;
   std::string metrics_port;
-  auto daemon =
-      StartDaemon(TwoLearnerConfig(dir, a, b), &address, &metrics_port);
+  std::string admin_address;
+  auto daemon = StartDaemon(TwoLearnerConfig(dir, a, b), &address,
+                            &metrics_port, &admin_address);
 
   auto run = Spawn(
       {kCtl, "--target", address, "run", "--steps", "3", "--bytes", "1000"});
@@ -189,7 +302,7 @@ TEST_CASE(
              Catch::Contains("aggregator_learner_calls_total{code=\"OK\","
                              "learner=\"learner1\",rpc=\"Learn\"} 3"));
 
-  auto status = Spawn({kCtl, "--target", address, "status"});
+  auto status = Spawn({kCtl, "--admin", admin_address, "status"});
   const std::string table = ReadAll(*status, false);
   REQUIRE(status->Wait(std::chrono::steady_clock::now() + kLongWait).ok());
   CHECK_THAT(table, Catch::Contains("learner0") &&
@@ -259,9 +372,10 @@ TEST_CASE("The open-files limit is raised to the hard limit, and logged") {
   struct rlimit limit {};
   REQUIRE(getrlimit(RLIMIT_NOFILE, &limit) == 0);
   const rlim_t low = std::min<rlim_t>(limit.rlim_max, 128);
-  const std::string config =
-      WriteFile(TempDir() + "/a.yaml",
-                "min_learners: 0\nmetrics: {listen: \"\"}\nworkers: []\n");
+  const std::string config = WriteFile(
+      TempDir() + "/a.yaml",
+      "min_learners: 0\nmetrics: {listen: \"\"}\nadmin: {listen: \"\"}\n"
+      "workers: []\n");
   auto daemon =
       Spawn({"/bin/sh", "-c",
              "ulimit -S -n " + std::to_string(low) + " && exec " + kDaemon +

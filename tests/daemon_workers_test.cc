@@ -142,6 +142,7 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
   AggregatorConfig config;
   config.source = "daemon_workers_test";
   config.listen = HostPort::Tcp("127.0.0.1", 0);
+  config.admin.listen = HostPort::Tcp("127.0.0.1", 0);
   config.service.min_learners = 2;
   config.connect.timeout = milliseconds(10000);
   config.connect.backoff =
@@ -171,7 +172,7 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
   auto stub = pb::Learner::NewStub(channel);
   CHECK(GetDataBatchSize(*stub) == 64);
 
-  pb::AggregatorStatus status = GetStatus(server.address());
+  pb::AggregatorStatus status = GetStatus(server.admin_address());
   REQUIRE(status.workers_size() == 2);
   REQUIRE(status.learners_size() == 2);
   for (int i = 0; i < 2; ++i) {
@@ -202,7 +203,7 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
   (void)stream->Finish();
 
   CHECK(GetDataBatchSize(*stub) == 64);
-  status = GetStatus(server.address());
+  status = GetStatus(server.admin_address());
   REQUIRE(status.workers_size() == 2);
   CHECK(status.workers(0).restarts() == 0);
   CHECK(status.workers(1).restarts() == 1);
@@ -295,6 +296,7 @@ std::vector<pid_t> StartSleepers(Subprocess& daemon) {
 constexpr char kSleepersConfig[] =
     "listen: \"127.0.0.1:0\"\n"
     "metrics: {listen: \"127.0.0.1:0\"}\n"
+    "admin: {listen: \"127.0.0.1:0\"}\n"
     "min_learners: 0\n"
     "workers:\n"
     "  - name: sleeper\n"
@@ -348,6 +350,7 @@ std::string FamilyConfig(const std::string& dir) {
   return absl::StrCat(
       "listen: \"127.0.0.1:0\"\n"
       "metrics: {listen: \"127.0.0.1:0\"}\n"
+      "admin: {listen: \"127.0.0.1:0\"}\n"
       "min_learners: 0\n"
       "workers:\n"
       "  - name: family\n"
@@ -421,6 +424,7 @@ TEST_CASE("No descendant of a worker outlives the worker's stop") {
   WriteText(family.dir + "/aggregator.yaml",
             "listen: \"127.0.0.1:0\"\n"
             "metrics: {listen: \"127.0.0.1:0\"}\n"
+            "admin: {listen: \"127.0.0.1:0\"}\n"
             "min_learners: 0\n");
   REQUIRE(family.daemon->Signal(SIGHUP).ok());
   ReadLogUntil(*family.daemon, "worker family-0 (pid");

@@ -39,6 +39,7 @@ inline AggregatorConfig FastConfig(std::vector<LearnerEndpoint> learners,
   AggregatorConfig config;
   config.source = "test";
   config.listen = HostPort::Tcp("127.0.0.1", 0);
+  config.admin.listen = HostPort::Tcp("127.0.0.1", 0);
   config.learners = std::move(learners);
   config.service.min_learners = min_learners;
   config.connect.timeout = milliseconds(500);

@@ -2,13 +2,17 @@
 // of AggregatorAdmin, on the command line. Talks to an aggregator or a single
 // learner.
 //
-//   aggregatorctl [--target ADDR] [--timeout SECONDS] COMMAND
+//   aggregatorctl [--target ADDR] [--admin ADDR] [--timeout SECONDS]
+//                 [--tls-ca FILE [--tls-cert FILE --tls-key FILE]
+//                  [--tls-server-name NAME]] COMMAND
 //     resource | start [--task-info FILE.json] | demand | close
 //     learn --samples N --bytes B [--plan-id ID]
 //     run --steps K [--bytes B]      GetData -> Learn K times, with a summary
 //     status                         learners and workers (AggregatorAdmin)
 //     health [--service NAME]        exit 0 when SERVING, 1 otherwise (probes)
 //     reload                         re-read the configuration file
+// status and reload go to --admin (the daemon's admin.listen), the others to
+// --target (its listen). With any --tls-* both are called over TLS.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
@@ -36,7 +40,12 @@ using Clock = std::chrono::steady_clock;
 using aggregator::SyntheticBatch;
 
 struct Options {
-  std::string target = "127.0.0.1:22272";
+  std::string target = "127.0.0.1:22272";  // config/aggregator.yaml's listen
+  std::string admin = "127.0.0.1:22274";   // and its admin.listen
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
   double timeout_seconds = 60;
   std::string task_info_file;
   int64_t samples = 0;
@@ -80,8 +89,9 @@ int Run(pb::Learner::Stub& stub, const Options& options) {
     pb::DataDemand demand;
     grpc::Status status = stub.GetData(Context(options).get(), {}, &demand);
     if (!status.ok()) return Fail("GetData", status);
-    pb::LearnRequest batch = SyntheticBatch(demand.batch_size(), options.bytes,
-                                       "step" + std::to_string(step) + "-");
+    pb::LearnRequest batch =
+        SyntheticBatch(demand.batch_size(), options.bytes,
+                       "step" + std::to_string(step) + "-");
     batch.set_plan_id(demand.plan_id());
     pb::LearnReply reply;
     const auto learn_started = Clock::now();
@@ -172,6 +182,36 @@ int Health(const std::shared_ptr<grpc::Channel>& channel,
              : 1;
 }
 
+// The whole of a small file (a PEM file), or an error naming it.
+bool ReadSmallFile(const std::string& path, std::string* out) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file) {
+    std::fprintf(stderr, "aggregatorctl: cannot read %s\n", path.c_str());
+    return false;
+  }
+  *out = text.str();
+  return true;
+}
+
+// Plaintext, or TLS from the --tls-* files; null when one cannot be read.
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const Options& options) {
+  if (options.tls_ca.empty() && options.tls_cert.empty() &&
+      options.tls_server_name.empty()) {
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions tls;
+  if ((!options.tls_ca.empty() &&
+       !ReadSmallFile(options.tls_ca, &tls.pem_root_certs)) ||
+      (!options.tls_cert.empty() &&
+       (!ReadSmallFile(options.tls_cert, &tls.pem_cert_chain) ||
+        !ReadSmallFile(options.tls_key, &tls.pem_private_key)))) {
+    return nullptr;
+  }
+  return grpc::SslCredentials(tls);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,6 +221,21 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.add_option("-t,--target", options.target, "address of the aggregator")
       ->envname("AGGREGATOR_TARGET");
+  app.add_option("--admin", options.admin,
+                 "address of the aggregator's admin listener (status, reload)")
+      ->envname("AGGREGATOR_ADMIN");
+  app.add_option("--tls-ca", options.tls_ca,
+                 "CA certificates (PEM) to verify the aggregator "
+                 "with: calls go over TLS");
+  auto* tls_cert = app.add_option("--tls-cert", options.tls_cert,
+                                  "our client certificate (PEM), for mTLS");
+  auto* tls_key = app.add_option("--tls-key", options.tls_key,
+                                 "the private key of --tls-cert (PEM)");
+  tls_cert->needs(tls_key);
+  tls_key->needs(tls_cert);
+  app.add_option("--tls-server-name", options.tls_server_name,
+                 "the name the aggregator's certificate must carry (default: "
+                 "the address's host)");
   app.add_option("--timeout", options.timeout_seconds,
                  "deadline of each call, in seconds")
       ->check(CLI::PositiveNumber);
@@ -215,12 +270,20 @@ int main(int argc, char** argv) {
                      "the whole server)");
   CLI11_PARSE(app, argc, argv);
 
+  const std::shared_ptr<grpc::ChannelCredentials> credentials =
+      Credentials(options);
+  if (credentials == nullptr) return 2;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(
-      options.target, grpc::InsecureChannelCredentials(), args);
+  if (!options.tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  auto channel = grpc::CreateCustomChannel(options.target, credentials, args);
   auto stub = pb::Learner::NewStub(channel);
+  auto admin_channel = [&] {
+    return grpc::CreateCustomChannel(options.admin, credentials, args);
+  };
 
   if (resource->parsed()) {
     pb::Resource reply;
@@ -267,11 +330,11 @@ int main(int argc, char** argv) {
   } else if (run->parsed()) {
     return Run(*stub, options);
   } else if (status->parsed()) {
-    return Status(channel, options);
+    return Status(admin_channel(), options);
   } else if (health->parsed()) {
     return Health(channel, options);
   } else if (reload->parsed()) {
-    auto admin = pb::AggregatorAdmin::NewStub(channel);
+    auto admin = pb::AggregatorAdmin::NewStub(admin_channel());
     pb::ReloadReply reply;
     grpc::Status s = admin->Reload(Context(options).get(), {}, &reply);
     if (!s.ok()) return Fail("Reload", s);

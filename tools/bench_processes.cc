@@ -127,6 +127,8 @@ std::string BenchConfigYaml(const std::vector<std::string>& addresses) {
       "    max: 100ms\n"
       "call_timeout: 120s\n"
       "max_message_bytes: 1GiB\n"
+      "metrics: {listen: \"\"}\n"
+      "admin: {listen: \"\"}\n"
       "log:\n"
       "  level: info\n";
   return yaml;
@@ -243,6 +245,15 @@ absl::StatusOr<DaemonProcess::Listening> DaemonProcess::WaitListening(
   const size_t start = text.find("listening on ") + 13;
   const size_t end = text.find(' ', start);
   return Listening{text.substr(start, end - start), line->arrived};
+}
+
+absl::StatusOr<std::string> DaemonProcess::WaitAdmin(
+    BenchClock::time_point deadline) {
+  auto line = WaitForLine("admin on ", deadline);
+  if (!line.ok()) return line.status();
+  const std::string& text = line->text;
+  const size_t start = text.find("admin on ") + 9;
+  return text.substr(start, text.find(' ', start) - start);
 }
 
 absl::StatusOr<BenchClock::time_point> DaemonProcess::WaitServing(

@@ -125,6 +125,8 @@ class DaemonProcess {
   };
   // Waits for "aggregatord listening on ADDR ...".
   absl::StatusOr<Listening> WaitListening(BenchClock::time_point deadline);
+  // Then waits for "admin on ADDR ..." (admin.listen set); returns ADDR.
+  absl::StatusOr<std::string> WaitAdmin(BenchClock::time_point deadline);
   // Watches grpc.health.v1 (a server stream: no polling interval to add
   // latency) until the server reports SERVING; returns when it arrived.
   absl::StatusOr<BenchClock::time_point> WaitServing(

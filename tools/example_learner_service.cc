@@ -263,7 +263,8 @@ void ExampleLearnerServer::Shutdown() {
 
 absl::StatusOr<std::unique_ptr<ExampleLearnerServer>> StartExampleLearner(
     const ExampleLearnerOptions& options, const std::string& address,
-    int64_t max_message_bytes) {
+    int64_t max_message_bytes,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
   auto running = std::make_unique<ExampleLearnerServer>();
   running->learner = std::make_unique<ExampleLearner>(options);
   grpc::ServerBuilder builder;
@@ -273,8 +274,10 @@ absl::StatusOr<std::unique_ptr<ExampleLearnerServer>> StartExampleLearner(
   builder.SetMaxSendMessageSize(limit);
   // A second learner on the same port must fail to bind, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           &running->port);
+  builder.AddListeningPort(
+      address,
+      credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),
+      &running->port);
   builder.RegisterService(running->learner.get());
   running->server = builder.BuildAndStart();
   if (running->server == nullptr || running->port == 0) {

@@ -124,9 +124,11 @@ struct ExampleLearnerServer {
   void Shutdown();
 };
 
+// `credentials`: the listener's (null: plaintext).
 absl::StatusOr<std::unique_ptr<ExampleLearnerServer>> StartExampleLearner(
     const ExampleLearnerOptions& options, const std::string& address,
-    int64_t max_message_bytes = int64_t{1} << 30);
+    int64_t max_message_bytes = int64_t{1} << 30,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 }  // namespace aggregator
 

@@ -202,6 +202,8 @@ std::string ConfigYaml(const Options& options, const std::string& dir,
                   "drain_timeout: 5s\n"
                   "metrics:\n"
                   "  listen: \"127.0.0.1:0\"\n"
+                  "admin:\n"
+                  "  listen: \"127.0.0.1:0\"\n"
                   "log:\n"
                   "  level: info\n");
   return yaml;
@@ -237,7 +239,8 @@ class World {
         ConfigYaml(options_, dir_.path(), port_base_, call_timeout_ms));
   }
 
-  void Connect(pid_t daemon_pid, const std::string& address) {
+  void Connect(pid_t daemon_pid, const std::string& address,
+               const std::string& admin_address) {
     daemon_pid_ = daemon_pid;
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
@@ -246,7 +249,7 @@ class World {
     learner_ = pb::Learner::NewStub(channel_);
     // Its own channel: admin calls do not queue behind a slow Learn.
     admin_ = pb::AggregatorAdmin::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(admin_address, grpc::InsecureChannelCredentials()));
   }
   pid_t daemon_pid() const { return daemon_pid_; }
   pb::Learner::Stub& learner() { return *learner_; }
@@ -917,12 +920,14 @@ int Main(int argc, char** argv) {
   }
   const Steady::time_point startup = Steady::now() + std::chrono::seconds(30);
   auto listening = (*daemon)->WaitListening(startup);
-  if (!listening.ok()) {
-    std::fprintf(stderr, "soak: %s\n%s", listening.status().ToString().c_str(),
+  auto admin = listening.ok() ? (*daemon)->WaitAdmin(startup)
+                              : absl::StatusOr<std::string>(listening.status());
+  if (!admin.ok()) {
+    std::fprintf(stderr, "soak: %s\n%s", admin.status().ToString().c_str(),
                  (*daemon)->Tail(20).c_str());
     return 2;
   }
-  world.Connect((*daemon)->pid(), listening->address);
+  world.Connect((*daemon)->pid(), listening->address, *admin);
   if (absl::Status s = WaitRecovered(world, startup); !s.ok()) {
     std::fprintf(stderr, "soak: at start-up: %s\n%s", s.ToString().c_str(),
                  (*daemon)->Tail(20).c_str());

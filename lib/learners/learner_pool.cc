@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/tls/credentials.h"
 
 namespace aggregator {
 namespace {
@@ -101,6 +102,9 @@ struct LearnerPool::Event {
         rpc;
     aggregator::v1::Resource reply;
     grpc::Status status;
+    // Sent on a channel in TRANSIENT_FAILURE: it fails at once, and its
+    // status says why the connection failed (refused, a TLS handshake).
+    bool diagnose = false;
   };
 
   enum Kind { kAttempt, kStateChange, kProbe } kind;
@@ -258,9 +262,17 @@ void LearnerPool::StartAttempt(Learner* learner) {
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
               static_cast<int>(connect_.attempt_timeout.count()));
-  learner->channel =
-      grpc::CreateCustomChannel(learner->endpoint.address.ToString(),
-                                grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (const auto& tls = learner->endpoint.tls) {
+    credentials = ClientCredentials(
+        ClientIdentity{tls->ca.pem, tls->cert.pem, tls->key.pem});
+    if (!tls->server_name.empty()) {
+      args.SetSslTargetNameOverride(tls->server_name);
+    }
+  }
+  learner->channel = grpc::CreateCustomChannel(
+      learner->endpoint.address.ToString(), credentials, args);
   learner->attempt_deadline = Steady::now() + connect_.attempt_timeout;
   Watch(learner, learner->channel->GetState(/*try_to_connect=*/true),
         learner->attempt_deadline);
@@ -288,8 +300,11 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
     StartProbe(learner);
     return;
   }
-  if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
-      state == GRPC_CHANNEL_SHUTDOWN) {
+  if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+    StartProbe(learner, /*diagnose=*/true);
+    return;
+  }
+  if (state == GRPC_CHANNEL_SHUTDOWN) {
     AttemptFailed(learner, "connection failed");
     return;
   }
@@ -303,10 +318,11 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
   Watch(learner, state, learner->attempt_deadline);
 }
 
-void LearnerPool::StartProbe(Learner* learner) {
+void LearnerPool::StartProbe(Learner* learner, bool diagnose) {
   auto* event = new Event{Event::kProbe, learner->endpoint.id, learner->token,
                           std::make_unique<Event::Probe>()};
   Event::Probe& probe = *event->probe;
+  probe.diagnose = diagnose;
   probe.stub = aggregator::v1::Learner::NewStub(learner->channel);
   probe.context.set_deadline(ToSystem(learner->attempt_deadline));
   probe.rpc = probe.stub->AsyncGetResource(
@@ -317,6 +333,11 @@ void LearnerPool::StartProbe(Learner* learner) {
 
 void LearnerPool::OnProbe(Learner* learner, const Event& event) {
   const Event::Probe& probe = *event.probe;
+  if (!probe.status.ok() && probe.diagnose) {
+    AttemptFailed(learner, absl::StrCat("connection failed: ",
+                                        probe.status.error_message()));
+    return;
+  }
   if (!probe.status.ok()) {
     AttemptFailed(
         learner,

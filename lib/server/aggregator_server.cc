@@ -21,6 +21,36 @@ constexpr char kLearnerServiceName[] = "aggregator.v1.Learner";
 constexpr int kKeepaliveTimeMs = 60 * 1000;
 constexpr int kKeepaliveTimeoutMs = 20 * 1000;
 
+ServerIdentity IdentityOf(const ServerTlsConfig& tls) {
+  return ServerIdentity{tls.cert.pem, tls.key.pem, tls.client_ca.pem};
+}
+
+const char* Security(const AggregatorConfig& config) {
+  if (!config.tls) return "plaintext";
+  return config.tls->client_ca.empty() ? "TLS" : "mTLS";
+}
+
+// The listener options both servers share.
+void SetListenerOptions(const AggregatorConfig& config,
+                        const ServerOptions& options,
+                        grpc::ServerBuilder* builder) {
+  const int limit =
+      static_cast<int>(std::min<int64_t>(config.max_message_bytes, INT_MAX));
+  builder->SetMaxReceiveMessageSize(limit);
+  builder->SetMaxSendMessageSize(limit);
+  // A second daemon on the same address must fail to bind, not share it.
+  builder->AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder->AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(options.handshake_timeout.count()));
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                              static_cast<int>(options.idle_timeout.count()));
+  // Pings on quiet connections find peers that vanished without a FIN.
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                              kKeepaliveTimeoutMs);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
@@ -59,32 +89,36 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (config.tls)
+    self->tls_ = std::make_unique<ServerTls>(IdentityOf(*config.tls));
+  auto credentials = [raw]() {
+    return raw->tls_ ? raw->tls_->Credentials()
+                     : grpc::InsecureServerCredentials();
+  };
   grpc::ServerBuilder builder;
-  const int limit =
-      static_cast<int>(std::min<int64_t>(config.max_message_bytes, INT_MAX));
-  builder.SetMaxReceiveMessageSize(limit);
-  builder.SetMaxSendMessageSize(limit);
-  // A second daemon on the same address must fail to bind, not share it.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(
-      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-      static_cast<int>(self->options_.handshake_timeout.count()));
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-      static_cast<int>(self->options_.idle_timeout.count()));
-  // Pings on quiet connections find peers that vanished without a FIN.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                             kKeepaliveTimeoutMs);
-  builder.AddListeningPort(config.listen.ToString(),
-                           grpc::InsecureServerCredentials(), &self->port_);
+  SetListenerOptions(config, self->options_, &builder);
+  builder.AddListeningPort(config.listen.ToString(), credentials(),
+                           &self->port_);
   builder.RegisterService(self->learner_service_.get());
-  builder.RegisterService(self->admin_service_.get());
   self->server_ = builder.BuildAndStart();
   if (self->server_ == nullptr || self->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", config.listen.ToString(), "' (from ",
         config.source, "): the address is invalid or already in use"));
+  }
+  if (config.admin.listen) {
+    grpc::ServerBuilder admin;
+    SetListenerOptions(config, self->options_, &admin);
+    admin.AddListeningPort(config.admin.listen->ToString(), credentials(),
+                           &self->admin_port_);
+    admin.RegisterService(self->admin_service_.get());
+    self->admin_server_ = admin.BuildAndStart();
+    if (self->admin_server_ == nullptr || self->admin_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on '", config.admin.listen->ToString(),
+                       "' (admin.listen, from ", config.source,
+                       "): the address is invalid or already in use"));
+    }
   }
   self->OnReadyChange(0, config.learners.size());
 
@@ -95,12 +129,25 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
                                      config.source, ": ", status.message()));
   }
   const size_t worker_learners = self->workers_->LearnerEndpoints().size();
+  // The addresses as bound: a wildcard stays a wildcard.
   spdlog::info(
-      "aggregatord listening on {} with {} learner(s) ({} listed, {} learner "
-      "worker replica(s)), {} worker(s), min_learners {}",
-      self->address(), config.learners.size() + worker_learners,
-      config.learners.size(), worker_learners, config.workers.size(),
-      config.service.min_learners);
+      "aggregatord listening on {} ({}) with {} learner(s) ({} listed, {} "
+      "learner worker replica(s)), {} worker(s), min_learners {}",
+      config.listen.WithPort(self->port_).ToString(), Security(config),
+      config.learners.size() + worker_learners, config.learners.size(),
+      worker_learners, config.workers.size(), config.service.min_learners);
+  if (config.admin.listen) {
+    spdlog::info("admin on {} ({})",
+                 config.admin.listen->WithPort(self->admin_port_).ToString(),
+                 Security(config));
+  }
+  if (!config.tls && config.allow_insecure &&
+      (!config.listen.IsLoopback() ||
+       (config.admin.listen && !config.admin.listen->IsLoopback()))) {
+    spdlog::warn(
+        "plaintext on an address other hosts can reach (allow_insecure: "
+        "true): anyone who reaches it can call it and read what it sends");
+  }
   spdlog::info("Learn batches in flight are bounded by {}",
                self->learner_service_->DescribeInflightLimit());
   self->UpdateLearners();
@@ -139,6 +186,11 @@ void AggregatorServer::UpdateLearners() {
 
 std::string AggregatorServer::address() const {
   return config().listen.WithPort(port_).Dialable().ToString();
+}
+
+std::string AggregatorServer::admin_address() const {
+  const std::optional<HostPort> admin = config().admin.listen;
+  return admin ? admin->WithPort(admin_port_).Dialable().ToString() : "";
 }
 
 bool AggregatorServer::WaitUntilReady(
@@ -218,6 +270,9 @@ absl::StatusOr<ReloadResult> AggregatorServer::Reload(
     metrics_.Reloaded(false);
     return summary.status();
   }
+  if (tls_ && next.tls && config().tls != next.tls) {
+    tls_->Update(IdentityOf(*next.tls));
+  }
   {
     MutexLock lock(&config_mu_);
     config_ = next;
@@ -263,8 +318,13 @@ void AggregatorServer::Shutdown(
   // A scrape still running (an endpoint that could not stop in time) must
   // not reach into what is torn down below.
   metrics_.ClearCollectors();
+  // Status and reload answer until the calls are done; then they stop too.
   server_->Shutdown(deadline);
   server_->Wait();
+  if (admin_server_ != nullptr) {
+    admin_server_->Shutdown(std::chrono::system_clock::now());
+    admin_server_->Wait();
+  }
   // The pool stops first, so stopping learner workers is not reported as lost
   // learners (UpdateLearners no longer touches it once shutting_down_ is set).
   // It is stopped, not destroyed: a hook already past its shutting_down_ check

@@ -1,7 +1,8 @@
 // AggregatorServer: the aggregator as one running thing. Wires the learner
-// pool, the Learner service, the admin service, grpc.health.v1 and reflection
-// onto one gRPC server listening on `config.listen`, and runs the local worker
-// processes of `config.workers`. The learner pool's set is `config.learners`
+// pool, the Learner service, grpc.health.v1 and reflection onto a gRPC server
+// listening on `config.listen`, the admin service onto one of its own on
+// `config.admin.listen` (both with `config.tls` when set), and runs the local
+// worker processes of `config.workers`. The learner pool's set is `config.learners`
 // followed by the learner workers' endpoints.
 //
 // Health: NOT_SERVING (overall and for aggregator.v1.Learner) until
@@ -30,6 +31,7 @@
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/server/admin_service.h"
 #include "lib/service/learner_service.h"
+#include "lib/tls/credentials.h"
 #include "lib/workers/worker_manager.h"
 
 namespace aggregator {
@@ -72,6 +74,8 @@ class AggregatorServer {
   int port() const { return port_; }
   // "127.0.0.1:<port>"-style address a client can dial.
   std::string address() const;
+  // The same for the admin listener; empty when it is off.
+  std::string admin_address() const;
   LearnerPool& pool() { return *pool_; }
   WorkerManager& workers() { return *workers_; }
   AggregatorMetrics& metrics() { return metrics_; }
@@ -88,9 +92,10 @@ class AggregatorServer {
   // Applies a new, validated configuration: learners added and removed (calls
   // in flight through removed ones finish), workers started, stopped or
   // restarted where their spec changed, service options, connect options and
-  // the log level. A change of a field that needs a restart (listen,
-  // max_message_bytes, metrics.listen) is FAILED_PRECONDITION naming the
-  // field, and nothing is applied. Returns the new generation and a summary.
+  // the log level, the listeners' certificates (for new connections). A
+  // change of a field that needs a restart (listen, admin.listen, whether
+  // there is TLS or mTLS, max_message_bytes, metrics.listen) is
+  // FAILED_PRECONDITION naming the field, and nothing is applied. Returns the new generation and a summary.
   absl::StatusOr<ReloadResult> Reload(const AggregatorConfig& next);
 
   // Health NOT_SERVING, new calls refused (UNAVAILABLE), then waits until the
@@ -124,9 +129,13 @@ class AggregatorServer {
   std::unique_ptr<LearnerPool> pool_;
   std::unique_ptr<LearnerService> learner_service_;
   std::unique_ptr<AdminService> admin_service_;
+  // Before the servers: their handshakes read it until they are gone.
+  std::unique_ptr<ServerTls> tls_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> admin_server_;  // null: admin.listen is off
   std::unique_ptr<WorkerManager> workers_;
   int port_ = 0;
+  int admin_port_ = 0;
   std::atomic<bool> ready_{false};
   std::atomic<bool> shutting_down_{false};
   Mutex health_mu_;  // orders health updates against Drain/Shutdown

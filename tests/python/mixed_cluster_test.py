@@ -26,6 +26,7 @@ def config(port_base: int) -> str:
 listen: "127.0.0.1:0"
 min_learners: 4
 metrics: {{listen: ""}}
+admin: {{listen: "127.0.0.1:0"}}
 connect:
   timeout: 60s
   backoff: {{initial: 50ms, max: 500ms}}
@@ -58,7 +59,8 @@ class MixedClusterTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.daemon = testutil.Daemon(config(testutil.free_port_run(4)))
-        cls.client = AggregatorClient(cls.daemon.address, timeout=testutil.LONG_WAIT)
+        cls.client = AggregatorClient(cls.daemon.address, timeout=testutil.LONG_WAIT,
+                                      admin_address=cls.daemon.admin_address)
         testutil.wait_until(lambda: cls.all_ready(cls.client.status()), "4 ready learners")
         cls.client.start_task({"task_id": "mixed", "buffer_id": "buf"})
 

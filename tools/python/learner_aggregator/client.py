@@ -46,7 +46,8 @@ def _field_value(field: FieldDescriptor, value: Any) -> Any:
 
 
 class AggregatorClient:
-    """Calls the Learner and AggregatorAdmin services at `address` ("host:port").
+    """Calls the Learner service at `address` ("host:port") and AggregatorAdmin at
+    `admin_address` (the daemon's admin.listen; status() only).
 
     Every call has a deadline of `timeout` seconds and returns its reply as a dict
     (message_to_dict); a failed call raises AggregatorError with the status code and
@@ -54,21 +55,25 @@ class AggregatorClient:
     """
 
     def __init__(self, address: str, timeout: float = 60.0, *,
+                 admin_address: str = "127.0.0.1:22274",
                  max_message_bytes: int = 1 << 30) -> None:
         self.address = address
+        self.admin_address = admin_address
         self.timeout = timeout
         self._max_message_bytes = max_message_bytes
-        self._channel = self._open_channel()
+        self._channel = self._open_channel(address)
         self._learner = learner_pb2_grpc.LearnerStub(self._channel)
-        self._admin = admin_pb2_grpc.AggregatorAdminStub(self._channel)
+        # Channels connect on first use: an admin listener never called is never dialled.
+        self._admin_channel = self._open_channel(admin_address)
+        self._admin = admin_pb2_grpc.AggregatorAdminStub(self._admin_channel)
 
-    def _open_channel(self) -> grpc.Channel:
-        """The channel to `address`; where credentials would plug in."""
+    def _open_channel(self, address: str) -> grpc.Channel:
+        """A channel to `address`; where credentials would plug in."""
         options = [
             ("grpc.max_send_message_length", self._max_message_bytes),
             ("grpc.max_receive_message_length", self._max_message_bytes),
         ]
-        return grpc.insecure_channel(self.address, options=options)
+        return grpc.insecure_channel(address, options=options)
 
     def _call(self, name: str, rpc: Any, request: Message) -> Dict[str, Any]:
         try:
@@ -112,6 +117,7 @@ class AggregatorClient:
 
     def close(self) -> None:
         self._channel.close()
+        self._admin_channel.close()
 
     def __enter__(self) -> "AggregatorClient":
         return self
