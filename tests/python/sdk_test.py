@@ -1,6 +1,8 @@
 """The SDK through the real gRPC stack: a LearnerServer on 127.0.0.1:0 and an
 AggregatorClient calling it (a learner answers the same Learner API as an aggregator)."""
 
+import os
+import subprocess
 import sys
 import threading
 import unittest
@@ -159,6 +161,39 @@ class SdkTest(unittest.TestCase):
                 with self.assertRaises(AggregatorError) as caught:
                     c.learn([big])
         self.assertEqual(caught.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+    def test_tls_and_mtls_both_ways(self):
+        d = testutil.temp_dir()
+
+        def openssl(*args):
+            subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                "/CN=ca", "-keyout", "ca.key", "-out", "ca.crt")
+        for name in ("server", "client"):
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+                    "-keyout", f"{name}.key", "-out", f"{name}.csr")
+            with open(os.path.join(d, f"{name}.ext"), "w") as f:
+                f.write("subjectAltName=DNS:localhost\n")
+            openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                    "-CAcreateserial", "-days", "2", "-extfile", f"{name}.ext", "-out",
+                    f"{name}.crt")
+        path = lambda name: os.path.join(d, name)  # noqa: E731
+        server = LearnerServer(RecordingLearner(), "127.0.0.1:0", tls_cert=path("server.crt"),
+                               tls_key=path("server.key"),
+                               tls_client_ca=path("ca.crt")).start()
+        self.addCleanup(server.stop, None)
+        address = f"127.0.0.1:{server.port}"
+        with AggregatorClient(address, timeout=testutil.LONG_WAIT, tls_ca=path("ca.crt"),
+                              tls_cert=path("client.crt"), tls_key=path("client.key"),
+                              tls_server_name="localhost") as client:
+            self.assertEqual(client.resource()["gpus"], 2)
+        for kwargs in ({}, {"tls_ca": path("ca.crt"), "tls_server_name": "localhost"}):
+            with self.subTest(kwargs=kwargs), \
+                    AggregatorClient(address, timeout=5, **kwargs) as client:
+                with self.assertRaises(AggregatorError) as raised:
+                    client.resource()
+                self.assertEqual(raised.exception.code, grpc.StatusCode.UNAVAILABLE)
 
     def test_bind_failure_is_an_os_error(self):
         with self.assertRaises(OSError):

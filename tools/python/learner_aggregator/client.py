@@ -49,6 +49,10 @@ class AggregatorClient:
     """Calls the Learner service at `address` ("host:port") and AggregatorAdmin at
     `admin_address` (the daemon's admin.listen; status() only).
 
+    `tls_ca` (a PEM file: the CA to verify the aggregator with), `tls_cert` and
+    `tls_key` (our certificate, for mTLS) and `tls_server_name` (the name its
+    certificate must carry) call over TLS, as aggregatorctl's --tls-* flags.
+
     Every call has a deadline of `timeout` seconds and returns its reply as a dict
     (message_to_dict); a failed call raises AggregatorError with the status code and
     the server's details. Thread-safe; close() (or `with`) releases the channel.
@@ -56,7 +60,22 @@ class AggregatorClient:
 
     def __init__(self, address: str, timeout: float = 60.0, *,
                  admin_address: str = "127.0.0.1:22274",
-                 max_message_bytes: int = 1 << 30) -> None:
+                 max_message_bytes: int = 1 << 30, tls_ca: Optional[str] = None,
+                 tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
+                 tls_server_name: Optional[str] = None) -> None:
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        self._credentials: Optional[grpc.ChannelCredentials] = None
+        if tls_ca or tls_cert or tls_server_name:
+            def read(path: Optional[str]) -> Optional[bytes]:
+                if path is None:
+                    return None
+                with open(path, "rb") as f:
+                    return f.read()
+            self._credentials = grpc.ssl_channel_credentials(
+                root_certificates=read(tls_ca), private_key=read(tls_key),
+                certificate_chain=read(tls_cert))
+        self._server_name = tls_server_name
         self.address = address
         self.admin_address = admin_address
         self.timeout = timeout
@@ -68,12 +87,16 @@ class AggregatorClient:
         self._admin = admin_pb2_grpc.AggregatorAdminStub(self._admin_channel)
 
     def _open_channel(self, address: str) -> grpc.Channel:
-        """A channel to `address`; where credentials would plug in."""
+        """A channel to `address`, over TLS when it was asked for."""
         options = [
             ("grpc.max_send_message_length", self._max_message_bytes),
             ("grpc.max_receive_message_length", self._max_message_bytes),
         ]
-        return grpc.insecure_channel(address, options=options)
+        if self._credentials is None:
+            return grpc.insecure_channel(address, options=options)
+        if self._server_name:
+            options.append(("grpc.ssl_target_name_override", self._server_name))
+        return grpc.secure_channel(address, self._credentials, options=options)
 
     def _call(self, name: str, rpc: Any, request: Message) -> Dict[str, Any]:
         try:

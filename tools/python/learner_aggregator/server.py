@@ -112,14 +112,24 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
 class LearnerServer:
     """Serves `learner` on `address` ("host:port"; port 0 picks a free one).
 
-    `max_message_bytes` bounds messages both ways (training batches are large). Use
-    start(), then port, then stop(grace); or as a context manager. Thread-safe.
+    `max_message_bytes` bounds messages both ways (training batches are large).
+    `tls_cert` and `tls_key` (PEM file paths) serve TLS, as example_learner's --tls-cert
+    and --tls-key; with `tls_client_ca` clients must present a certificate it signed
+    (mTLS). Use start(), then port, then stop(grace); or as a context manager.
+    Thread-safe.
     """
 
     def __init__(self, learner: Any, address: str, max_message_bytes: int = 1 << 30,
-                 *, max_workers: int = 16) -> None:
+                 *, max_workers: int = 16, tls_cert: Optional[str] = None,
+                 tls_key: Optional[str] = None,
+                 tls_client_ca: Optional[str] = None) -> None:
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        if tls_client_ca is not None and tls_cert is None:
+            raise ValueError("tls_client_ca needs tls_cert and tls_key")
         self.learner = learner
         self.address = address
+        self._tls = (tls_cert, tls_key, tls_client_ca)
         self.health = health.HealthServicer()
         self._max_message_bytes = max_message_bytes
         self._max_workers = max_workers
@@ -136,10 +146,27 @@ class LearnerServer:
             ("grpc.so_reuseport", 0),
         ]
 
+    def _credentials(self) -> Optional[grpc.ServerCredentials]:
+        cert, key, client_ca = self._tls
+        if cert is None:
+            return None
+        with open(key, "rb") as k, open(cert, "rb") as c:
+            pair = (k.read(), c.read())
+        roots = None
+        if client_ca is not None:
+            with open(client_ca, "rb") as f:
+                roots = f.read()
+        return grpc.ssl_server_credentials([pair], root_certificates=roots,
+                                           require_client_auth=roots is not None)
+
     def _bind(self, server: grpc.Server) -> int:
-        """Adds the listening port; where credentials would plug in."""
+        """Adds the listening port, with TLS when it was asked for."""
+        credentials = self._credentials()  # OSError when a file cannot be read
         try:
-            port = server.add_insecure_port(self.address)
+            if credentials is None:
+                port = server.add_insecure_port(self.address)
+            else:
+                port = server.add_secure_port(self.address, credentials)
         except RuntimeError as e:
             raise OSError(f"cannot listen on '{self.address}': {e}") from None
         if port == 0:
