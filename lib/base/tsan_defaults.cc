@@ -9,7 +9,7 @@
 // the child only execs; a test also forks the test process itself.
 extern "C" const char* __tsan_default_options() { return "die_after_fork=0"; }
 
-// Debian's gRPC, protobuf, abseil and yaml-cpp are not built with
+// Debian's gRPC, protobuf, abseil, yaml-cpp and OpenSSL are not built with
 // -fsanitize=thread: their own locks and atomics are invisible to TSan, so it
 // reports races among their threads (gRPC's pollers and call ops, absl's
 // deadlock graph) that are not races. A race with a frame of theirs (their
@@ -25,6 +25,8 @@ extern "C" const char* __tsan_default_suppressions() {
          "race:libprotobuf.so\n"
          "race:libupb.so\n"
          "race:libyaml-cpp.so\n"
+         "race:libcrypto.so\n"
+         "race:libssl.so\n"
          "race:grpc::\n"
          "race:grpc_core::\n"
          "race:grpc_event_engine::\n"

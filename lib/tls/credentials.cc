@@ -68,21 +68,24 @@ void ServerTls::Update(ServerIdentity identity) {
 grpc_ssl_certificate_config_reload_status ServerTls::Fetch(
     void* user_data, grpc_ssl_server_certificate_config** config) {
   auto* listener = static_cast<Listener*>(user_data);
-  ServerTls* self = listener->owner;
-  MutexLock lock(&self->mu_);
-  if (listener->fetched == self->generation_) {
+  return listener->owner->FetchFor(listener, config);
+}
+
+grpc_ssl_certificate_config_reload_status ServerTls::FetchFor(
+    Listener* listener, grpc_ssl_server_certificate_config** config) {
+  MutexLock lock(&mu_);
+  if (listener->fetched == generation_) {
     return GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
   }
-  const ServerIdentity& identity = self->identity_;
-  grpc_ssl_pem_key_cert_pair pair = {identity.private_key.c_str(),
-                                     identity.cert_chain.c_str()};
+  grpc_ssl_pem_key_cert_pair pair = {identity_.private_key.c_str(),
+                                     identity_.cert_chain.c_str()};
   // gRPC copies the strings and takes ownership of the config. Core requires
   // a client root list even when it asks for no client certificate (and then
   // never uses it): our own chain stands in.
-  const std::string& roots = identity.client_ca.empty() ? identity.cert_chain
-                                                        : identity.client_ca;
-  *config = grpc_ssl_server_certificate_config_create(roots.c_str(), &pair, 1);
-  listener->fetched = self->generation_;
+  const char* roots = identity_.client_ca.empty() ? identity_.cert_chain.c_str()
+                                                  : identity_.client_ca.c_str();
+  *config = grpc_ssl_server_certificate_config_create(roots, &pair, 1);
+  listener->fetched = generation_;
   return GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW;
 }
 

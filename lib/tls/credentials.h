@@ -50,8 +50,12 @@ class ServerTls {
 
  private:
   struct Listener;
+  // gRPC's callback, at every new connection's handshake.
   static grpc_ssl_certificate_config_reload_status Fetch(
       void* listener, grpc_ssl_server_certificate_config** config);
+  grpc_ssl_certificate_config_reload_status FetchFor(
+      Listener* listener, grpc_ssl_server_certificate_config** config)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const bool requires_client_cert_;
   Mutex mu_;
