@@ -4,6 +4,7 @@
 // service only on its own listener. Certificates are made with the openssl
 // command at test time.
 #include <grpcpp/grpcpp.h>
+#include <stdlib.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -302,12 +303,20 @@ TEST_CASE("AggregatorAdmin is served on the admin listener only") {
   auto config =
       ParseConfig(Aggregator::Yaml(PlainLearners(learner->address), 1), "test");
   REQUIRE(config.ok());
+  SECTION("on TCP") {}
+  SECTION("on a unix socket") {
+    // Under /tmp: a test's own directory is too long for a socket path.
+    std::string dir = "/tmp/adminXXXXXX";
+    REQUIRE(mkdtemp(dir.data()) != nullptr);
+    config->admin.listen = HostPort::Unix(dir + "/admin.sock");
+  }
   ServerOptions options;
   options.reload = [&]() -> absl::StatusOr<ReloadResult> {
     reloaded = true;
     return ReloadResult{2, "no changes"};
   };
   auto server = AggregatorServer::Start(*config, options);
+  INFO(server.status().ToString());
   REQUIRE(server.ok());
   pb::ReloadReply reply;
   const grpc::Status on_learner_port =
@@ -320,6 +329,9 @@ TEST_CASE("AggregatorAdmin is served on the admin listener only") {
           ->Reload(Deadline().get(), {}, &reply);
   CHECK(on_admin.ok());
   CHECK(reloaded);
+  CHECK_THAT((*server)->admin_address(),
+             Catch::StartsWith(config->admin.listen->is_unix() ? "unix:/"
+                                                               : "127.0.0.1:"));
 }
 
 }  // namespace
