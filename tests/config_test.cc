@@ -1052,6 +1052,8 @@ TEST_CASE("TLS sections are checked where they are written", "[config][tls]") {
   CHECK(Error("tls: {cert: /s.crt, key: /s.key, ca: /ca.crt}") ==
         "test.yaml:1:34: tls.ca: unknown key; allowed here: cert, key, "
         "client_ca");
+  // A tls section with an error is not taken for plaintext as well.
+  CHECK(Errors("listen: \"0.0.0.0:1\"\ntls: {cert: /s.crt}").size() == 1);
   CHECK(Error("allow_insecure: yes") ==
         "test.yaml:1:17: allow_insecure: expected true or false, got \"yes\"");
 }
@@ -1113,6 +1115,13 @@ TEST_CASE("LoadConfigFile reads and checks the PEM files", "[config][tls]") {
   CHECK_THAT(std::string(key_as_cert.status().message()),
              Contains("tls.cert: \"" + certs.Path("server.key") +
                       "\": no PEM certificate"));
+
+  // Relative paths are relative to the configuration file.
+  testing::WriteFile(dir + "/rel.crt", certs.Read("server.crt"));
+  testing::WriteFile(dir + "/rel.key", certs.Read("server.key"));
+  auto relative = load("rel.crt", "rel.key");
+  INFO(relative.status().ToString());
+  CHECK(relative.ok());
 
   auto missing = load(dir + "/absent.crt", certs.Path("server.key"));
   REQUIRE_FALSE(missing.ok());

@@ -217,10 +217,13 @@ TEST_CASE(
       "--tls-cert",        certs.Path("client.crt"),
       "--tls-key",         certs.Path("client.key"),
       "--tls-server-name", "localhost"};
-  auto ctl = [&](std::vector<std::string> args, bool with_tls) {
+  const std::vector<std::string> no_cert = {"--tls-ca", certs.Path("ca.crt"),
+                                            "--tls-server-name", "localhost"};
+  auto ctl = [&](std::vector<std::string> args,
+                 const std::vector<std::string>& tls) {
     std::vector<std::string> argv = {
         kCtl, "--target", address, "--admin", admin_address, "--timeout", "5"};
-    if (with_tls) argv.insert(argv.end(), ctl_tls.begin(), ctl_tls.end());
+    argv.insert(argv.end(), tls.begin(), tls.end());
     argv.insert(argv.end(), args.begin(), args.end());
     auto process = Spawn(argv);
     std::string out = ReadAll(*process, false) + ReadAll(*process, true);
@@ -229,15 +232,19 @@ TEST_CASE(
     return std::make_pair(exit->exit_code, out);
   };
   auto [run_code, run_out] =
-      ctl({"run", "--steps", "2", "--bytes", "100"}, true);
+      ctl({"run", "--steps", "2", "--bytes", "100"}, ctl_tls);
   INFO(run_out);
   CHECK(run_code == 0);
   CHECK_THAT(run_out, Catch::Contains("steps 2"));
-  auto [status_code, status_out] = ctl({"status"}, true);
+  auto [status_code, status_out] = ctl({"status"}, ctl_tls);
   CHECK(status_code == 0);
   CHECK_THAT(status_out, Catch::Contains("ready"));
-  // Without a certificate the aggregator lets nobody in.
-  CHECK(ctl({"resource"}, false).first != 0);
+  // Without a certificate of the CA's (plaintext, or TLS without one) the
+  // aggregator lets nobody in.
+  CHECK(ctl({"resource"}, {}).first != 0);
+  auto [refused_code, refused_out] = ctl({"resource"}, no_cert);
+  CHECK(refused_code != 0);
+  CHECK_THAT(refused_out, Catch::Contains("UNAVAILABLE"));
 
   REQUIRE(daemon->Signal(SIGTERM).ok());
   auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);

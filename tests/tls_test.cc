@@ -233,8 +233,9 @@ TEST_CASE("A learner whose certificate does not match is not ready, and why") {
     const LearnerSnapshot learner = FailedLearner(*aggregator.server, id);
     INFO(id << ": " << learner.last_error);
     CHECK(learner.state != LearnerState::kReady);
-    CHECK_THAT(learner.last_error, Catch::StartsWith("connection failed: ") &&
-                                       Catch::Contains(reason));
+    // (A learner that wants our certificate may reject its absence only once
+    // the channel is up, under TLS 1.3: then the probe call reports it.)
+    CHECK_THAT(learner.last_error, Catch::Contains(reason));
   }
   CHECK(aggregator.server->pool().ReadyCount() == 0);
 }
@@ -294,7 +295,9 @@ TEST_CASE("A certificate rotated on disk is served after a reload") {
   REQUIRE_FALSE(broken.ok());
   CHECK_THAT(std::string(broken.status().message()),
              Catch::Contains(dir + "/tls.crt"));
-  CHECK(GetResource(TlsChannel(address, "ca")).ok());
+  Shell("echo | openssl s_client -connect " + address +
+        " -servername localhost 2>/dev/null | openssl x509 > " + served);
+  CHECK(fingerprint(served) == fingerprint(Certs().Path("server-b.crt")));
 }
 
 TEST_CASE("AggregatorAdmin is served on the admin listener only") {

@@ -11,7 +11,8 @@
 //     status                         learners and workers (AggregatorAdmin)
 //     health [--service NAME]        exit 0 when SERVING, 1 otherwise (probes)
 //     reload                         re-read the configuration file
-// status and reload go to --admin (the daemon's admin.listen), the others to
+// status and reload go to --admin (the daemon's admin.listen; default:
+// --target's host at 22274, the default admin.listen), the others to
 // --target (its listen). With any --tls-* both are called over TLS.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
@@ -221,9 +222,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.add_option("-t,--target", options.target, "address of the aggregator")
       ->envname("AGGREGATOR_TARGET");
-  app.add_option("--admin", options.admin,
-                 "address of the aggregator's admin listener (status, reload)")
-      ->envname("AGGREGATOR_ADMIN");
+  auto* admin = app.add_option("--admin", options.admin,
+                               "address of the aggregator's admin listener "
+                               "(status, reload; default: --target's host "
+                               "at port 22274)")
+                    ->envname("AGGREGATOR_ADMIN");
   app.add_option("--tls-ca", options.tls_ca,
                  "CA certificates (PEM) to verify the aggregator "
                  "with: calls go over TLS");
@@ -269,6 +272,22 @@ int main(int argc, char** argv) {
                      "a service name, e.g. aggregator.v1.Learner (default: "
                      "the whole server)");
   CLI11_PARSE(app, argc, argv);
+  // Status and reload go to the daemon --target names, never to another one
+  // that happens to hold the default admin port.
+  if (admin->count() == 0) {
+    const size_t colon = options.target.rfind(':');
+    if (options.target.rfind("unix:", 0) == 0 || colon == std::string::npos) {
+      if (status->parsed() || reload->parsed()) {
+        std::fprintf(stderr,
+                     "aggregatorctl: --target %s: pass --admin ADDR (the "
+                     "daemon's admin.listen) for status and reload\n",
+                     options.target.c_str());
+        return 2;
+      }
+    } else {
+      options.admin = options.target.substr(0, colon) + ":22274";
+    }
+  }
 
   const std::shared_ptr<grpc::ChannelCredentials> credentials =
       Credentials(options);

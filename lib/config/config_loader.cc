@@ -247,7 +247,8 @@ class Parser {
 
   // Plaintext that other hosts can reach needs saying so.
   void CheckPlaintextListeners(const AggregatorConfig& config) {
-    if (config.tls || config.allow_insecure) return;
+    // A tls section with errors of its own is not plaintext asked for.
+    if (config.tls || tls_written_ || config.allow_insecure) return;
     auto check = [&](const std::optional<Field>& field,
                      const std::optional<HostPort>& address) {
       if (!field || !address || address->IsLoopback()) return;
@@ -328,7 +329,11 @@ class Parser {
                  listen_field_ = f;
                }
              }},
-            {"tls", [&](const Field& f) { ReadServerTls(f, &config->tls); }},
+            {"tls",
+             [&](const Field& f) {
+               tls_written_ = true;
+               ReadServerTls(f, &config->tls);
+             }},
             {"learner_tls",
              [&](const Field& f) { ReadClientTls(f, &config->learner_tls); }},
             {"allow_insecure",
@@ -853,7 +858,13 @@ class Parser {
     }
     if (!read_files_) return true;
     out->pem.clear();
-    if (absl::Status status = ReadFile(out->path, "PEM file", &out->pem);
+    // A relative path is relative to the configuration file, wherever the
+    // daemon runs from.
+    std::string path = out->path;
+    if (path[0] != '/' && source_.find('/') != std::string::npos) {
+      path = source_.substr(0, source_.rfind('/') + 1) + path;
+    }
+    if (absl::Status status = ReadFile(path, "PEM file", &out->pem);
         !status.ok()) {
       Error(field, status.message());
       return false;
@@ -1169,6 +1180,7 @@ class Parser {
   // Where listen and admin.listen were written (unset: the default).
   std::optional<Field> listen_field_;
   std::optional<Field> admin_listen_field_;
+  bool tls_written_ = false;
   // Where each id of `learners:` was first written.
   std::map<std::string, YAML::Mark> learner_ids_;
   // One per entry of config->workers, in the same order.

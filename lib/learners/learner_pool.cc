@@ -333,7 +333,8 @@ void LearnerPool::StartProbe(Learner* learner, bool diagnose) {
 
 void LearnerPool::OnProbe(Learner* learner, const Event& event) {
   const Event::Probe& probe = *event.probe;
-  if (!probe.status.ok() && probe.diagnose) {
+  if (probe.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      probe.diagnose) {
     AttemptFailed(learner, absl::StrCat("connection failed: ",
                                         probe.status.error_message()));
     return;

@@ -1,5 +1,6 @@
 #include "lib/server/aggregator_server.h"
 
+#include <grpcpp/ext/health_check_service_server_builder_option.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
@@ -89,8 +90,15 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  if (config.tls)
+  if (config.tls) {
+    if (config.tls->cert.pem.empty() || config.tls->key.pem.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tls in ", config.source,
+          ": the certificate and key were not read (a configuration with tls "
+          "comes from LoadConfigFile)"));
+    }
     self->tls_ = std::make_unique<ServerTls>(IdentityOf(*config.tls));
+  }
   auto credentials = [raw]() {
     return raw->tls_ ? raw->tls_->Credentials()
                      : grpc::InsecureServerCredentials();
@@ -104,10 +112,15 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   if (self->server_ == nullptr || self->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", config.listen.ToString(), "' (from ",
-        config.source, "): the address is invalid or already in use"));
+        config.source, "): the address is invalid or already in use",
+        config.tls ? ", or gRPC refused the certificate" : ""));
   }
   if (config.admin.listen) {
     grpc::ServerBuilder admin;
+    // Health is the Learner listener's to report (NOT_SERVING while draining):
+    // the admin listener does not answer for it.
+    admin.SetOption(
+        std::make_unique<grpc::HealthCheckServiceServerBuilderOption>(nullptr));
     SetListenerOptions(config, self->options_, &admin);
     admin.AddListeningPort(config.admin.listen->ToString(), credentials(),
                            &self->admin_port_);
@@ -117,7 +130,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
       return absl::UnavailableError(
           absl::StrCat("cannot listen on '", config.admin.listen->ToString(),
                        "' (admin.listen, from ", config.source,
-                       "): the address is invalid or already in use"));
+                       "): the address is invalid or already in use",
+                       config.tls ? ", or gRPC refused the certificate" : ""));
     }
   }
   self->OnReadyChange(0, config.learners.size());

@@ -91,11 +91,13 @@ class Daemon:
         threading.Thread(target=self._collect, daemon=True).start()
         line = self.wait_for_line("aggregatord listening on ")
         self.address = line.split("aggregatord listening on ", 1)[1].split()[0]
-        # None when the configuration turns the admin listener off.
+        # The daemon logs "admin on ADDR" (unless admin.listen is off) before this.
+        self.wait_for_line("Learn batches in flight are bounded by")
         self.admin_address: Optional[str] = None
-        if "admin:" in config_text:
-            line = self.wait_for_line("admin on ")
-            self.admin_address = line.split("admin on ", 1)[1].split()[0]
+        with self._changed:
+            for line in self.lines:
+                if "admin on " in line:
+                    self.admin_address = line.split("admin on ", 1)[1].split()[0]
 
     def _collect(self) -> None:
         for line in self.process.stdout:

@@ -8,6 +8,7 @@ import grpc
 from google.protobuf import duration_pb2, struct_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from learner_aggregator.errors import AggregatorError
 from learner_aggregator.samples import Sample
@@ -47,7 +48,8 @@ def _field_value(field: FieldDescriptor, value: Any) -> Any:
 
 class AggregatorClient:
     """Calls the Learner service at `address` ("host:port") and AggregatorAdmin at
-    `admin_address` (the daemon's admin.listen; status() only).
+    `admin_address` (the daemon's admin.listen; status() only; default: the host of
+    `address` at port 22274, the default admin.listen).
 
     `tls_ca` (a PEM file: the CA to verify the aggregator with), `tls_cert` and
     `tls_key` (our certificate, for mTLS) and `tls_server_name` (the name its
@@ -59,7 +61,7 @@ class AggregatorClient:
     """
 
     def __init__(self, address: str, timeout: float = 60.0, *,
-                 admin_address: str = "127.0.0.1:22274",
+                 admin_address: Optional[str] = None,
                  max_message_bytes: int = 1 << 30, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None) -> None:
@@ -77,6 +79,8 @@ class AggregatorClient:
                 certificate_chain=read(tls_cert))
         self._server_name = tls_server_name
         self.address = address
+        if admin_address is None:
+            admin_address = address.rsplit(":", 1)[0] + ":22274"
         self.admin_address = admin_address
         self.timeout = timeout
         self._max_message_bytes = max_message_bytes
@@ -131,6 +135,20 @@ class AggregatorClient:
         """Ends the task on every learner; {"message"}."""
         return self._call("CloseTask", self._learner.CloseTask,
                           learner_pb2.CloseTaskRequest())
+
+    def serving(self) -> bool:
+        """True when `address` reports SERVING on grpc.health.v1 (an aggregator: its
+        min_learners are ready), or has no health service (a plain learner that
+        answers is ready); False while it is not serving; AggregatorError when it
+        cannot be reached."""
+        stub = health_pb2_grpc.HealthStub(self._channel)
+        try:
+            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=self.timeout)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return True
+            raise AggregatorError("Check", e.code(), e.details() or "") from None
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
 
     def status(self) -> Dict[str, Any]:
         """The aggregator's admin status: {"learners": [{"id", "address", "state", ...}],

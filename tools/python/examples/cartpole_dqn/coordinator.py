@@ -25,7 +25,6 @@ import tempfile
 import time
 from typing import Any, Dict, List
 
-import grpc
 import numpy as np
 import torch
 
@@ -56,17 +55,15 @@ class DirectLearner:
 
 
 def wait_ready(client: AggregatorClient, timeout: float) -> None:
-    """Waits until the aggregator has min_learners ready (a plain learner, which has
-    no admin service, is ready when it answers)."""
+    """Waits until the aggregator serves (grpc.health.v1: min_learners are ready; a
+    plain learner is ready when it answers)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if client.status()["ready"]:
+            if client.serving():
                 return
-            problem = "not ready"
+            problem = "not serving"
         except AggregatorError as e:
-            if e.code == grpc.StatusCode.UNIMPLEMENTED:
-                return
             problem = str(e)
         if time.monotonic() > deadline:
             raise SystemExit(f"coordinator: {client.address} not ready after {timeout:.0f}s: "
