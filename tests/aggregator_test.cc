@@ -2,6 +2,7 @@
 // on loopback, driven through the Learner API as a coordinator would.
 #include <catch2/catch.hpp>
 #include <future>
+#include <limits>
 
 #include "tests/test_cluster.h"
 
@@ -535,4 +536,39 @@ TEST_CASE("A Learn past max_inflight_bytes is refused at once, named") {
   // The budget is back once the first Learn is done: the second plan, still
   // unused, trains.
   CHECK(Learn(*cluster.stub, second, &reply).ok());
+}
+
+TEST_CASE(
+    "Resource sums saturate; a learner reporting negative ones is unused") {
+  // Regression: three learners of 1e9 gpus summed to -1294967295 (int32
+  // overflow, undefined behaviour), and negative gpus were summed as given.
+  aggregator::ExampleLearnerOptions huge;
+  huge.gpus = 1000000000;
+  aggregator::ExampleLearnerOptions negative;
+  negative.gpus = -3;
+  std::vector<std::unique_ptr<aggregator::ExampleLearnerServer>> servers;
+  for (int i = 0; i < 3; ++i) servers.push_back(StartLearner(huge));
+  servers.push_back(StartLearner(negative));
+  auto server = StartReadyAggregator(FastConfig(
+      {Endpoint("a", servers[0]->address), Endpoint("b", servers[1]->address),
+       Endpoint("c", servers[2]->address),
+       Endpoint("neg", servers[3]->address)},
+      3));
+  auto stub = LearnerStub(server->address());
+  pb::Resource resource;
+  REQUIRE(stub->GetResource(Deadline().get(), {}, &resource).ok());
+  CHECK(resource.gpus() == std::numeric_limits<int32_t>::max());
+  CHECK(resource.learners() == 3);
+  std::string why;
+  REQUIRE(aggregator::testing::Eventually([&] {
+    for (const auto& learner : server->pool().Status()) {
+      if (learner.id == "neg" && !learner.last_error.empty()) {
+        why = learner.last_error;
+        return learner.state != aggregator::LearnerState::kReady;
+      }
+    }
+    return false;
+  }));
+  CHECK_THAT(why, Catch::Contains("GetResource reported negative resources "
+                                  "(gpus -3, learners 1)"));
 }

@@ -1149,6 +1149,10 @@ TEST_CASE("drain_timeout and metrics.listen are read; \"\" turns metrics off",
   REQUIRE(defaults->metrics.listen.has_value());
   CHECK(defaults->metrics.listen->ToString() == "127.0.0.1:22273");
   CHECK(defaults->drain_timeout == std::chrono::seconds(30));
+  // Regression: a unix socket passed --check, then the daemon exited 2.
+  CHECK(aggregator::Error("metrics: {listen: \"unix:/run/m.sock\"}") ==
+        "test.yaml:1:19: metrics.listen: the metrics endpoint is served on TCP "
+        "only, not on a unix socket");
   auto bad = aggregator::ParseConfig("metrics:\n  listen: nope\n", "test.yaml");
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()),

@@ -367,6 +367,15 @@ class Parser {
                ReadMap(f, {{"listen", [&](const Field& listen) {
                               ReadOptionalAddress(listen,
                                                   &config->metrics.listen);
+                              // cpp-httplib serves TCP only: refused here
+                              // rather than at start.
+                              if (config->metrics.listen &&
+                                  config->metrics.listen->is_unix()) {
+                                Error(listen,
+                                      "the metrics endpoint is served on TCP "
+                                      "only, not on a unix socket");
+                                config->metrics.listen.reset();
+                              }
                             }}});
              }},
             {"max_message_bytes",

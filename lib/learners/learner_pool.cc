@@ -348,6 +348,14 @@ void LearnerPool::OnProbe(Learner* learner, const Event& event) {
                      ": ", probe.status.error_message()));
     return;
   }
+  // A learner that reports negative resources would corrupt every sum.
+  if (probe.reply.gpus() < 0 || probe.reply.learners() < 0) {
+    AttemptFailed(learner,
+                  absl::StrCat("GetResource reported negative resources (gpus ",
+                               probe.reply.gpus(), ", learners ",
+                               probe.reply.learners(), "); not used"));
+    return;
+  }
   learner->state = LearnerState::kReady;
   learner->epoch = next_token_++;
   learner->resource = probe.reply;

@@ -195,12 +195,18 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
   if (!Enter(reactor, "GetResource")) return reactor;
   auto learners = ReadyLearners("GetResource", *settings());
   if (learners.ok()) {
+    // In 64 bits, saturated at int32's limit: a tree of large answers must
+    // not wrap (the pool refuses learners that report negative figures).
+    int64_t gpus = 0;
+    int64_t count = 0;
     for (const LearnerHandle& learner : *learners) {
-      reply->set_gpus(reply->gpus() + learner.resource.gpus());
+      gpus += learner.resource.gpus();
       // A plain learner may leave `learners` unset: it counts as one.
-      reply->set_learners(reply->learners() +
-                          std::max(1, learner.resource.learners()));
+      count += std::max(1, learner.resource.learners());
     }
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    reply->set_gpus(static_cast<int32_t>(std::min(gpus, kMax)));
+    reply->set_learners(static_cast<int32_t>(std::min(count, kMax)));
   }
   Finish(reactor, "GetResource", started, ToGrpc(learners.status()));
   return reactor;
