@@ -446,7 +446,8 @@ TEST_CASE("The default configuration finds example_learner in the runfiles") {
       absl::StrReplaceAll(
           yaml,
           {{"port_base: 22300\n", absl::StrCat("port_base: ", port_base, "\n")},
-           {"listen: \"127.0.0.1:22273\"", "listen: \"127.0.0.1:0\""}}));
+           {"listen: \"127.0.0.1:22273\"", "listen: \"127.0.0.1:0\""},
+           {"listen: \"127.0.0.1:22274\"", "listen: \"127.0.0.1:0\""}}));
   std::unique_ptr<Subprocess> daemon = StartDaemon(
       {"--config", dir + "/aggregator.yaml", "--listen", "127.0.0.1:0"}, dir);
   const std::vector<std::string> lines = ReadLogUntilAll(
