@@ -492,11 +492,17 @@ TEST_CASE("A thread child that does not stop in time is detached, reported") {
   Supervisor supervisor(TestOptions());
   AddChild(supervisor, ChildKind::kThread);
   StartOrDie(supervisor);
-  // busy_ms ignores the stop request; long enough to outlast the 100 ms stop
-  // however late it starts on a loaded machine (or under TSan).
+  // busy_ms ignores the stop request. The stop comes once it is under way
+  // (a stop that came first would be honoured), and it outlasts the 100 ms.
+  const int busy_before = BusyCallsStarted();
   SendPayload busy = Payload(0, "busy_ms", MakeArgs({NumberValue(5000)}));
   SendOrDie(supervisor, busy);
   REQUIRE(supervisor.WaitRunning(0, kLongWait).ok());
+  const Steady::time_point give_up = Steady::now() + kLongWait;
+  while (BusyCallsStarted() == busy_before && Steady::now() < give_up) {
+    std::this_thread::sleep_for(milliseconds(1));  // polling, with a deadline
+  }
+  REQUIRE(BusyCallsStarted() > busy_before);
   const Steady::time_point start = Steady::now();
   const absl::Status status = supervisor.Shutdown(milliseconds(100));
   CHECK(ElapsedSeconds(start) < 1);

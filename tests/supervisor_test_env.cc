@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -19,7 +20,14 @@ double NumberArg(const WorkerArgs& args, int index, double fallback) {
   return args.values(index).number_value();
 }
 
+std::atomic<int>& BusyCalls() {
+  static std::atomic<int> calls{0};
+  return calls;
+}
+
 }  // namespace
+
+int BusyCallsStarted() { return BusyCalls().load(); }
 
 std::unique_ptr<WorkerObject> MakeMockEnv(const MockEnvOptions& options) {
   auto env = std::make_unique<WorkerObject>();
@@ -59,6 +67,7 @@ std::unique_ptr<WorkerObject> MakeMockEnv(const MockEnvOptions& options) {
                        [sleep](const WorkerArgs&) { return sleep(10000); });
   (void)env->AddMethod(
       "busy_ms", [](const WorkerArgs& args) -> absl::StatusOr<WorkerValue> {
+        BusyCalls().fetch_add(1);
         const double ms = NumberArg(args, 0, 0);
         std::this_thread::sleep_for(
             std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));

@@ -24,6 +24,10 @@ struct MockEnvOptions {
 // Attributes: action_space = 3, counter, pid.
 std::unique_ptr<WorkerObject> MakeMockEnv(const MockEnvOptions& options = {});
 
+// How many busy_ms calls have begun in this process (thread children run
+// in-process): lets a test wait until one is under way.
+int BusyCallsStarted();
+
 }  // namespace aggregator
 
 #endif  // TESTS_SUPERVISOR_TEST_ENV_H_
