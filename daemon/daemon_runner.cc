@@ -214,11 +214,8 @@ class Daemon {
             absl::StrCat("--listen: bad address \"", options_.listen,
                          "\": ", listen.status().message()));
       }
-      if (!config->tls && !config->allow_insecure && !listen->IsLoopback()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--listen: plaintext on \"", options_.listen,
-            "\", which other hosts can reach: set tls (cert and key), or "
-            "allow_insecure: true to accept it"));
+      if (std::string why = PlaintextRefusal(*config, *listen); !why.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("--listen: ", why));
       }
       config->listen = *std::move(listen);
     }

@@ -139,13 +139,9 @@ struct Daemon {
     process = std::move(*started);
     const std::string listening =
         WaitForLine(*process, "aggregatord listening on", /*from_stderr=*/true);
-    const size_t at = listening.find(" on ") + 4;
-    address = listening.substr(at, listening.find(' ', at) - at);
+    address = WordAfter(listening, " on ");
     channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-    const std::string admin = Log("admin on ");
-    const size_t admin_at = admin.find(" on ") + 4;
-    admin_address =
-        admin.substr(admin_at, admin.find(' ', admin_at) - admin_at);
+    admin_address = WordAfter(Log("admin on "), "admin on ");
     admin_channel =
         grpc::CreateChannel(admin_address, grpc::InsecureChannelCredentials());
   }

@@ -48,16 +48,13 @@ std::unique_ptr<aggregator::Subprocess> StartDaemon(
   while (!serving || !metrics || !admin || address->empty()) {
     auto line = daemon->ReadLine(deadline, /*from_stderr=*/true);
     REQUIRE(line.ok());
-    if (size_t at = line->find("aggregatord listening on ");
-        at != std::string::npos) {
-      at += 25;
-      *address = line->substr(at, line->find(' ', at) - at);
+    if (line->find("aggregatord listening on ") != std::string::npos) {
+      *address = WordAfter(*line, "aggregatord listening on ");
     }
-    if (size_t at = line->find("admin on "); at != std::string::npos) {
+    if (line->find("admin on ") != std::string::npos) {
       admin = true;
-      at += 9;
       if (admin_address != nullptr) {
-        *admin_address = line->substr(at, line->find(' ', at) - at);
+        *admin_address = WordAfter(*line, "admin on ");
       }
     }
     if (size_t at = line->find("metrics on http://"); at != std::string::npos) {
@@ -150,6 +147,16 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("--listen on every interface in plaintext is refused too") {
+  auto daemon = Spawn({kDaemon, "--check", "--listen", "0.0.0.0:0"});
+  const std::string err = ReadAll(*daemon, /*from_stderr=*/true);
+  auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  CHECK(exit->exit_code == 1);
+  CHECK_THAT(err, Catch::Contains("--listen: plaintext on \"0.0.0.0:0\", "
+                                  "which other hosts can reach"));
+}
+
 TEST_CASE("allow_insecure: true serves plaintext on every interface, warning") {
   const std::string dir = TempDir();
   const std::string path =
@@ -203,13 +210,9 @@ TEST_CASE(
   auto daemon = Spawn({kDaemon, "--config", config});
   std::string listening = WaitForLine(*daemon, "listening on", true);
   CHECK_THAT(listening, Catch::Contains("(mTLS)"));
-  const size_t at = listening.find(" on ") + 4;
-  const std::string address =
-      listening.substr(at, listening.find(' ', at) - at);
-  const std::string admin = WaitForLine(*daemon, "admin on ", true);
-  const size_t admin_at = admin.find("admin on ") + 9;
+  const std::string address = WordAfter(listening, " on ");
   const std::string admin_address =
-      admin.substr(admin_at, admin.find(' ', admin_at) - admin_at);
+      WordAfter(WaitForLine(*daemon, "admin on ", true), "admin on ");
   WaitForLine(*daemon, "serving: 2 of 2", true);
 
   const std::vector<std::string> ctl_tls = {

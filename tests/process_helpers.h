@@ -102,6 +102,16 @@ inline std::string LastWord(const std::string& line) {
   return line.substr(line.rfind(' ') + 1);
 }
 
+// The word that follows `prefix` in `line` ("" when `prefix` is absent): the
+// address in "aggregatord listening on ADDR (TLS) ...".
+inline std::string WordAfter(const std::string& line,
+                             const std::string& prefix) {
+  const size_t at = line.find(prefix);
+  if (at == std::string::npos) return "";
+  const size_t start = at + prefix.size();
+  return line.substr(start, line.find(' ', start) - start);
+}
+
 }  // namespace aggregator::testing
 
 #endif  // TESTS_PROCESS_HELPERS_H_

@@ -32,6 +32,12 @@ std::string LastWord(const std::string& line) {
   return line.substr(line.rfind(' ') + 1);
 }
 
+// The word after `prefix` (present in `line`): "admin on 127.0.0.1:5 (TLS)".
+std::string WordAfter(const std::string& line, const std::string& prefix) {
+  const size_t start = line.find(prefix) + prefix.size();
+  return line.substr(start, line.find(' ', start) - start);
+}
+
 std::string ReadWholeFile(const std::string& path, bool* ok) {
   std::ifstream in(path);
   *ok = in.good();
@@ -240,20 +246,15 @@ absl::StatusOr<DaemonProcess::Listening> DaemonProcess::WaitListening(
     BenchClock::time_point deadline) {
   auto line = WaitForLine("aggregatord listening on ", deadline);
   if (!line.ok()) return line.status();
-  // "... aggregatord listening on 127.0.0.1:41234 with 4 learner(s), ..."
-  const std::string& text = line->text;
-  const size_t start = text.find("listening on ") + 13;
-  const size_t end = text.find(' ', start);
-  return Listening{text.substr(start, end - start), line->arrived};
+  // "... aggregatord listening on 127.0.0.1:41234 (plaintext) with ..."
+  return Listening{WordAfter(line->text, "listening on "), line->arrived};
 }
 
 absl::StatusOr<std::string> DaemonProcess::WaitAdmin(
     BenchClock::time_point deadline) {
   auto line = WaitForLine("admin on ", deadline);
   if (!line.ok()) return line.status();
-  const std::string& text = line->text;
-  const size_t start = text.find("admin on ") + 9;
-  return text.substr(start, text.find(' ', start) - start);
+  return WordAfter(line->text, "admin on ");
 }
 
 absl::StatusOr<BenchClock::time_point> DaemonProcess::WaitServing(

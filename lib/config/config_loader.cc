@@ -248,14 +248,13 @@ class Parser {
   // Plaintext that other hosts can reach needs saying so.
   void CheckPlaintextListeners(const AggregatorConfig& config) {
     // A tls section with errors of its own is not plaintext asked for.
-    if (config.tls || tls_written_ || config.allow_insecure) return;
+    if (tls_written_) return;
     auto check = [&](const std::optional<Field>& field,
                      const std::optional<HostPort>& address) {
-      if (!field || !address || address->IsLoopback()) return;
-      Error(*field,
-            absl::StrCat("plaintext on ", Quote(address->ToString()),
-                         ", which other hosts can reach: set tls (cert and "
-                         "key), or allow_insecure: true to accept it"));
+      if (!field || !address) return;
+      if (std::string why = PlaintextRefusal(config, *address); !why.empty()) {
+        Error(*field, why);
+      }
     };
     check(listen_field_, config.listen);
     check(admin_listen_field_, config.admin.listen);
@@ -1244,6 +1243,14 @@ absl::Status ReadFile(const std::string& path, absl::string_view what,
 }
 
 }  // namespace
+
+std::string PlaintextRefusal(const AggregatorConfig& config,
+                             const HostPort& address) {
+  if (config.tls || config.allow_insecure || address.IsLoopback()) return "";
+  return absl::StrCat("plaintext on ", Quote(address.ToString()),
+                      ", which other hosts can reach: set tls (cert and key), "
+                      "or allow_insecure: true to accept it");
+}
 
 absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
                                              std::string_view source) {

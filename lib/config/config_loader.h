@@ -24,6 +24,12 @@ namespace aggregator {
 absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
                                              std::string_view source);
 
+// Why `address` may not be served in plaintext under `config` (no tls, no
+// allow_insecure, and other hosts can reach it), or "" when it may. The
+// loader reports it at listen and admin.listen; the daemon for --listen.
+std::string PlaintextRefusal(const AggregatorConfig& config,
+                             const HostPort& address);
+
 // Reads and parses a file. A missing or unreadable file is NOT_FOUND /
 // PERMISSION_DENIED naming the path; a FIFO, directory or device is
 // INVALID_ARGUMENT (it is opened without blocking and never read), and so is

@@ -2,8 +2,8 @@
 // pool, the Learner service, grpc.health.v1 and reflection onto a gRPC server
 // listening on `config.listen`, the admin service onto one of its own on
 // `config.admin.listen` (both with `config.tls` when set), and runs the local
-// worker processes of `config.workers`. The learner pool's set is `config.learners`
-// followed by the learner workers' endpoints.
+// worker processes of `config.workers`. The learner pool's set is
+// `config.learners` followed by the learner workers' endpoints.
 //
 // Health: NOT_SERVING (overall and for aggregator.v1.Learner) until
 // min_learners are ready, SERVING while they are, NOT_SERVING again from
@@ -95,7 +95,8 @@ class AggregatorServer {
   // the log level, the listeners' certificates (for new connections). A
   // change of a field that needs a restart (listen, admin.listen, whether
   // there is TLS or mTLS, max_message_bytes, metrics.listen) is
-  // FAILED_PRECONDITION naming the field, and nothing is applied. Returns the new generation and a summary.
+  // FAILED_PRECONDITION naming the field, and nothing is applied. Returns the
+  // new generation and a summary.
   absl::StatusOr<ReloadResult> Reload(const AggregatorConfig& next);
 
   // Health NOT_SERVING, new calls refused (UNAVAILABLE), then waits until the
