@@ -135,8 +135,8 @@ int RunProcessGuard(int argc, char** argv) {
     if (signo == ParentDiedSignal()) parent_died = true;
     status = (*child)->Poll();
     if (status.has_value()) break;
-    ReapExitedAdopted(AdoptedScope::kAllChildren);  // descendants that ended
-                                                    // while the child runs
+    // Descendants that ended while the child runs.
+    ReapExitedAdopted(AdoptedScope::kAllChildren);
   }
   if (!status.has_value()) {
     // The supervisor is gone: nobody will stop this tree but us.
