@@ -1,12 +1,18 @@
 // aggregatord, example_learner and aggregatorctl as real processes:
 // configuration errors, a whole training loop from the command line, a learner
 // killed mid-step, and a clean stop on SIGTERM.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <regex>
+#include <sstream>
 
 #include "tests/process_helpers.h"
 #include "tests/test_cluster.h"
@@ -155,6 +161,58 @@ TEST_CASE("--listen on every interface in plaintext is refused too") {
   CHECK(exit->exit_code == 1);
   CHECK_THAT(err, Catch::Contains("--listen: plaintext on \"0.0.0.0:0\", "
                                   "which other hosts can reach"));
+}
+
+// Issue 17, item 6: under journald, priorities were prefixed "<info>" and
+// "<warning>", which journald does not read, so `journalctl -p err` showed
+// nothing.
+TEST_CASE(
+    "With stderr on journald's stream, lines carry numeric priorities and no "
+    "timestamp") {
+  const std::string dir = TempDir();
+  const std::string path =
+      WriteFile(dir + "/quiet.yaml",
+                "min_learners: 0\nmetrics: {listen: \"\"}\n"
+                "admin: {listen: \"\"}\n");
+  // A listener the daemon cannot take, so it logs critical and exits.
+  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  REQUIRE(bind(held, reinterpret_cast<sockaddr*>(&address), length) == 0);
+  REQUIRE(listen(held, 1) == 0);
+  REQUIRE(getsockname(held, reinterpret_cast<sockaddr*>(&address), &length) ==
+          0);
+  const std::string busy =
+      "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  // JOURNAL_STREAM as systemd sets it: the device and inode of stderr (here
+  // the pipe the test reads), or of something else.
+  auto run = [&](bool matching) {
+    const std::string stream =
+        matching ? "$(stat -L -c %d:%i /proc/self/fd/2)" : "1:1";
+    auto daemon = Spawn({"/bin/sh", "-c",
+                         "JOURNAL_STREAM=" + stream + " exec \"$0\" \"$@\"",
+                         kDaemon, "--config", path, "--listen", busy});
+    const std::string err = ReadAll(*daemon, /*from_stderr=*/true);
+    auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+    REQUIRE(exit.ok());
+    CHECK(exit->exit_code == 2);
+    return err;
+  };
+  const std::string journal = run(true);
+  CHECK_THAT(journal, Catch::StartsWith("<6>info aggregatord "));
+  CHECK_THAT(journal,
+             Catch::Contains("\n<2>critical cannot listen on '" + busy + "'"));
+  std::istringstream lines(journal);
+  for (std::string line; std::getline(lines, line);) {
+    INFO(line);
+    CHECK(std::regex_search(line, std::regex("^<[0-7]>[a-z]+ ")));
+  }
+  // A JOURNAL_STREAM inherited from elsewhere: stderr is not the journal.
+  const std::string plain = run(false);
+  CHECK_THAT(plain, Catch::StartsWith("20") && !Catch::Contains("<6>"));
+  close(held);
 }
 
 TEST_CASE("allow_insecure: true serves plaintext on every interface, warning") {
