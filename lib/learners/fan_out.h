@@ -3,8 +3,8 @@
 // failed. No thread blocks while the calls are in flight.
 //
 // Each outgoing call propagates the incoming call's deadline and cancellation
-// (so a coordinator that gives up cancels the whole tree) and is further
-// bounded by `timeout`.
+// (so a coordinator that gives up cancels the whole tree), is further bounded
+// by `timeout`, and carries `call_path` (lib/learners/call_path.h).
 #ifndef LIB_LEARNERS_FAN_OUT_H_
 #define LIB_LEARNERS_FAN_OUT_H_
 
@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/learners/call_path.h"
 #include "lib/learners/learner_pool.h"
 
 namespace aggregator {
@@ -47,7 +48,7 @@ using StartCall = void (*)(const LearnerHandle& learner,
 // call's outcome; it may consume the calls.
 template <typename Request, typename Reply>
 void FanOut(grpc::CallbackServerContext* parent,
-            std::chrono::milliseconds timeout,
+            std::chrono::milliseconds timeout, const std::string& call_path,
             std::vector<LearnerHandle> learners, std::vector<Request> requests,
             StartCall<Request, Reply> start,
             std::function<void(LearnerCalls<Request, Reply>&)> done) {
@@ -74,6 +75,7 @@ void FanOut(grpc::CallbackServerContext* parent,
                        ? grpc::ClientContext::FromCallbackServerContext(*parent)
                        : std::make_unique<grpc::ClientContext>();
     call.context->set_deadline(deadline);
+    if (!call_path.empty()) call.context->AddMetadata(kCallPathKey, call_path);
   }
   // Start only after every call is set up: the first may finish at once.
   for (size_t i = 0; i < state->calls.size(); ++i) {

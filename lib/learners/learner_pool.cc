@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/learners/call_path.h"
 #include "lib/tls/credentials.h"
 
 namespace aggregator {
@@ -325,6 +326,9 @@ void LearnerPool::StartProbe(Learner* learner, bool diagnose) {
   probe.diagnose = diagnose;
   probe.stub = aggregator::v1::Learner::NewStub(learner->channel);
   probe.context.set_deadline(ToSystem(learner->attempt_deadline));
+  if (!hooks_.aggregator_id.empty()) {
+    probe.context.AddMetadata(kCallPathKey, hooks_.aggregator_id);
+  }
   probe.rpc = probe.stub->AsyncGetResource(
       &probe.context, aggregator::v1::GetResourceRequest(), &queue_);
   probe.rpc->Finish(&probe.reply, &probe.status, event);
@@ -333,6 +337,20 @@ void LearnerPool::StartProbe(Learner* learner, bool diagnose) {
 
 void LearnerPool::OnProbe(Learner* learner, const Event& event) {
   const Event::Probe& probe = *event.probe;
+  if (!hooks_.aggregator_id.empty() &&
+      AnsweringAggregator(probe.context) == hooks_.aggregator_id) {
+    // Its own listener: calls to it would only come back. Failed at once;
+    // the background retries find the same, cheaply.
+    AttemptFailed(
+        learner,
+        absl::StrCat("address is this aggregator (", hooks_.aggregator_id,
+                     " answered its probe): remove it from learners"));
+    if (learner->state != LearnerState::kFailed) {
+      learner->state = LearnerState::kFailed;
+      spdlog::error("learner {}: {}", learner->Name(), learner->last_error);
+    }
+    return;
+  }
   if (probe.status.error_code() == grpc::StatusCode::UNAVAILABLE &&
       probe.diagnose) {
     AttemptFailed(learner, absl::StrCat("connection failed: ",

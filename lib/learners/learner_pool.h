@@ -91,6 +91,9 @@ struct LearnerPoolHooks {
   // Called (outside the pool's lock, on the connector thread) whenever the
   // number of ready learners changes.
   std::function<void(size_t ready, size_t total)> on_ready_change;
+  // The owning aggregator's id (lib/learners/call_path.h): probes carry it,
+  // and a learner whose probe is answered by it is this aggregator itself.
+  std::string aggregator_id;
 };
 
 // Channel arguments used for every learner channel (message sizes, no idle

@@ -66,13 +66,14 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   self->min_learners_ = config.service.min_learners;
 
   LearnerPoolHooks pool_hooks;
+  pool_hooks.aggregator_id = self->aggregator_id_;
   pool_hooks.on_ready_change = [raw](size_t ready, size_t total) {
     raw->OnReadyChange(ready, total);
   };
   self->pool_ = std::make_unique<LearnerPool>(
       config.connect, config.max_message_bytes, std::move(pool_hooks));
   self->learner_service_ = std::make_unique<LearnerService>(
-      self->pool_.get(), config.service, &self->metrics_);
+      self->pool_.get(), config.service, &self->metrics_, self->aggregator_id_);
   self->admin_service_ = std::make_unique<AdminService>(
       [raw] { return raw->Status(); }, self->options_.reload);
   self->metrics_.AddCollector([raw] { raw->CollectMetrics(); });
@@ -162,6 +163,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
         "plaintext on an address other hosts can reach (allow_insecure: "
         "true): anyone who reaches it can call it and read what it sends");
   }
+  spdlog::info("aggregator id {} (on every call it relays: loops are refused)",
+               self->aggregator_id_);
   spdlog::info("Learn batches in flight are bounded by {}",
                self->learner_service_->DescribeInflightLimit());
   self->UpdateLearners();

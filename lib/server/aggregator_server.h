@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
+#include "lib/learners/call_path.h"
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/server/admin_service.h"
@@ -74,6 +75,8 @@ class AggregatorServer {
   int port() const { return port_; }
   // "127.0.0.1:<port>"-style address a client can dial.
   std::string address() const;
+  // This aggregator's id on the calls it relays (lib/learners/call_path.h).
+  const std::string& aggregator_id() const { return aggregator_id_; }
   // The same for the admin listener; empty when it is off.
   std::string admin_address() const;
   LearnerPool& pool() { return *pool_; }
@@ -137,6 +140,7 @@ class AggregatorServer {
   std::unique_ptr<WorkerManager> workers_;
   int port_ = 0;
   int admin_port_ = 0;
+  const std::string aggregator_id_ = NewAggregatorId();
   std::atomic<bool> ready_{false};
   std::atomic<bool> shutting_down_{false};
   Mutex health_mu_;  // orders health updates against Drain/Shutdown

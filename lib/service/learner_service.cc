@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/aggregation/raw_batch.h"
+#include "lib/learners/call_path.h"
 
 namespace aggregator {
 namespace {
@@ -42,8 +43,12 @@ void WarnIfDifferent(const char* method, const char* field,
 }  // namespace
 
 LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
-                               AggregatorMetrics* metrics)
-    : pool_(pool), metrics_(metrics), memory_(ProcessMemoryLimit()) {
+                               AggregatorMetrics* metrics,
+                               std::string aggregator_id)
+    : pool_(pool),
+      metrics_(metrics),
+      aggregator_id_(std::move(aggregator_id)),
+      memory_(ProcessMemoryLimit()) {
   SetConfig(config);
 }
 
@@ -129,18 +134,30 @@ void LearnerService::Finish(grpc::ServerUnaryReactor* reactor,
   --in_flight_;
 }
 
-bool LearnerService::Enter(grpc::ServerUnaryReactor* reactor,
-                           const char* method) {
-  {
+bool LearnerService::Enter(grpc::CallbackServerContext* context,
+                           grpc::ServerUnaryReactor* reactor,
+                           const char* method, std::string* call_path) {
+  grpc::Status refused;
+  if (!aggregator_id_.empty()) {
+    // Whoever called can tell which aggregator answered (a probe that reaches
+    // its own sender).
+    context->AddInitialMetadata(kAggregatorIdKey, aggregator_id_);
+    const std::vector<std::string> path = IncomingPath(*context);
+    refused = CheckPath(path, aggregator_id_, method);
+    *call_path = OutgoingPath(path, aggregator_id_);
+  }
+  if (refused.ok()) {
     MutexLock lock(&mu_);
     if (!draining_) {
       ++in_flight_;
       return true;
     }
+    refused =
+        grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                     absl::StrCat(method, ": aggregatord is shutting down"));
+  } else {
+    spdlog::warn("{}", refused.error_message());
   }
-  const grpc::Status refused(
-      grpc::StatusCode::UNAVAILABLE,
-      absl::StrCat(method, ": aggregatord is shutting down"));
   if (metrics_ != nullptr) metrics_->Served(method, refused.error_code(), 0);
   reactor->Finish(refused);
   return false;
@@ -168,7 +185,8 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
     std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
   const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
-  if (!Enter(reactor, method)) return reactor;
+  std::string call_path;
+  if (!Enter(context, reactor, method, &call_path)) return reactor;
   auto settings = this->settings();
   auto learners = ReadyLearners(method, *settings);
   if (!learners.ok()) {
@@ -176,8 +194,8 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
     return reactor;
   }
   FanOut<Request, Reply>(
-      context, settings->config.call_timeout, std::move(*learners), {request},
-      start,
+      context, settings->config.call_timeout, call_path, std::move(*learners),
+      {request}, start,
       [this, method, reactor, started, merge = std::move(merge)](auto& calls) {
         grpc::Status status = Summarize(method, calls);
         Finish(reactor, method, started, status.ok() ? merge(calls) : status);
@@ -192,7 +210,8 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
   // (lib/learners/learner_pool.h).
   const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
-  if (!Enter(reactor, "GetResource")) return reactor;
+  std::string call_path;
+  if (!Enter(context, reactor, "GetResource", &call_path)) return reactor;
   auto learners = ReadyLearners("GetResource", *settings());
   if (learners.ok()) {
     // In 64 bits, saturated at int32's limit: a tree of large answers must
@@ -277,7 +296,8 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     grpc::ByteBuffer* reply) {
   const auto started = std::chrono::steady_clock::now();
   auto* reactor = context->DefaultReactor();
-  if (!Enter(reactor, "Learn")) return reactor;
+  std::string call_path;
+  if (!Enter(context, reactor, "Learn", &call_path)) return reactor;
   auto fail = [&](const grpc::Status& status) {
     Finish(reactor, "Learn", started, status);
     return reactor;
@@ -328,7 +348,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
   // trained, given back otherwise.
   auto held = std::make_shared<PlanClaim>(*std::move(claim));
   FanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
-      context, settings->config.call_timeout, *std::move(learners),
+      context, settings->config.call_timeout, call_path, *std::move(learners),
       std::move(requests),
       [](const LearnerHandle& l, grpc::ClientContext* c,
          const grpc::ByteBuffer* r, grpc::ByteBuffer* p,

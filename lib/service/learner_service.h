@@ -13,6 +13,8 @@
 // slice i to
 //   learner i and merges the infos (lib/aggregation/info_merger.h).
 // Every failure is a prompt gRPC error naming the learner(s) and the cause.
+// Calls that loop back through this aggregator, or pass through too many, are
+// refused before anything is sent (lib/learners/call_path.h).
 //
 // Thread-safety: all RPCs may run concurrently; the configuration can be
 // replaced at any time (calls in flight keep the one they started with).
@@ -46,9 +48,11 @@ class LearnerService final
  public:
   // `pool` and `metrics` (optional) must outlive the service.
   // A call proceeds with min_learners ready learners (at least one is always
-  // needed).
+  // needed). `aggregator_id` names this aggregator on the calls it relays (and
+  // its replies); empty: no loop protection.
   LearnerService(LearnerPool* pool, const ServiceConfig& config,
-                 AggregatorMetrics* metrics = nullptr);
+                 AggregatorMetrics* metrics = nullptr,
+                 std::string aggregator_id = "");
 
   void SetConfig(const ServiceConfig& config);
 
@@ -115,8 +119,12 @@ class LearnerService final
   // The plan's learners, if each is still ready at the plan's epoch.
   absl::StatusOr<std::vector<LearnerHandle>> PlanLearners(
       const Plan& plan) const;
-  // Counts a new call in, or finishes it with UNAVAILABLE when draining.
-  bool Enter(grpc::ServerUnaryReactor* reactor, const char* method);
+  // Counts a new call in, setting `*call_path` to what its calls to learners
+  // carry; or finishes it: UNAVAILABLE when draining, FAILED_PRECONDITION when
+  // it loops back here or has passed through too many aggregators.
+  bool Enter(grpc::CallbackServerContext* context,
+             grpc::ServerUnaryReactor* reactor, const char* method,
+             std::string* call_path);
   // Finishes an incoming call (counted in by Enter) and records it.
   void Finish(grpc::ServerUnaryReactor* reactor, const char* method,
               std::chrono::steady_clock::time_point started,
@@ -124,6 +132,7 @@ class LearnerService final
 
   LearnerPool* const pool_;
   AggregatorMetrics* const metrics_;
+  const std::string aggregator_id_;
   SplitPlanner planner_;
   const MemoryLimit memory_;  // what "auto" is a quarter of
   InflightBudget inflight_;   // the Learn batches in flight
