@@ -572,3 +572,104 @@ TEST_CASE(
   CHECK_THAT(why, Catch::Contains("GetResource reported negative resources "
                                   "(gpus -3, learners 1)"));
 }
+
+namespace {
+
+// A learner whose every Learn info carries `blob_bytes` of text.
+class BulkyLearner final : public pb::Learner::Service {
+ public:
+  explicit BulkyLearner(size_t blob_bytes) : blob_(blob_bytes, 'x') {}
+  grpc::Status GetResource(grpc::ServerContext*, const pb::GetResourceRequest*,
+                           pb::Resource* reply) override {
+    reply->set_gpus(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetData(grpc::ServerContext*, const pb::GetDataRequest*,
+                       pb::DataDemand* reply) override {
+    reply->set_batch_size(4);
+    return grpc::Status::OK;
+  }
+  grpc::Status Learn(grpc::ServerContext*, const pb::LearnRequest*,
+                     pb::LearnReply* reply) override {
+    (*reply->mutable_info()->mutable_fields())["blob"].set_string_value(blob_);
+    ++learns;
+    return grpc::Status::OK;
+  }
+  std::atomic<int> learns{0};
+
+ private:
+  const std::string blob_;
+};
+
+struct BulkyServer {
+  explicit BulkyServer(size_t blob_bytes) : learner(blob_bytes) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&learner);
+    server = builder.BuildAndStart();
+    REQUIRE(server != nullptr);
+    address = "127.0.0.1:" + std::to_string(port);
+  }
+  ~BulkyServer() { server->Shutdown(std::chrono::system_clock::now()); }
+  BulkyLearner learner;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+};
+
+double RequestsCounted(aggregator::AggregatorServer& server,
+                       const std::string& rpc, const std::string& code) {
+  for (const auto& family : server.metrics().collectable()->Collect()) {
+    if (family.name != "aggregator_requests_total") continue;
+    for (const auto& metric : family.metric) {
+      std::map<std::string, std::string> labels;
+      for (const auto& label : metric.label) labels[label.name] = label.value;
+      if (labels["rpc"] == rpc && labels["code"] == code) {
+        return metric.counter.value;
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+// Issue 17, item 4: a merged reply over max_message_bytes failed with gRPC's
+// "Sent message larger than max" naming nobody, counted as OK, not logged.
+TEST_CASE(
+    "A merged Learn reply over max_message_bytes is RESOURCE_EXHAUSTED, "
+    "naming each learner's share, and the plan counts as used") {
+  // Each learner's reply fits the limit; the two together do not.
+  BulkyServer bulky0(40 << 10);
+  BulkyServer bulky1(40 << 10);
+  auto config = FastConfig(
+      {Endpoint("bulky0", bulky0.address), Endpoint("bulky1", bulky1.address)},
+      2);
+  config.max_message_bytes = 64 << 10;
+  auto server = StartReadyAggregator(config);
+  auto stub = LearnerStub(server->address());
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  REQUIRE(demand.batch_size() == 8);
+  pb::LearnRequest batch = Batch(8, "s");
+  batch.set_plan_id(demand.plan_id());
+  pb::LearnReply reply;
+  const grpc::Status status = stub->Learn(Deadline().get(), batch, &reply);
+  INFO(status.error_message());
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("the merged reply is ") &&
+                 Catch::Contains("over max_message_bytes (65536)") &&
+                 Catch::Contains("bulky0 (" + bulky0.address + ") ") &&
+                 Catch::Contains("bulky1 (" + bulky1.address + ") "));
+  CHECK(bulky0.learner.learns == 1);
+  CHECK(bulky1.learner.learns == 1);
+  CHECK(RequestsCounted(*server, "Learn", "RESOURCE_EXHAUSTED") == 1);
+  CHECK(RequestsCounted(*server, "Learn", "OK") == 0);
+  // They trained: a retry must not train them again.
+  const grpc::Status retry = stub->Learn(Deadline().get(), batch, &reply);
+  CHECK(retry.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_THAT(retry.error_message(), Catch::Contains("already used"));
+  CHECK(bulky0.learner.learns == 1);
+}

@@ -73,7 +73,10 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   self->pool_ = std::make_unique<LearnerPool>(
       config.connect, config.max_message_bytes, std::move(pool_hooks));
   self->learner_service_ = std::make_unique<LearnerService>(
-      self->pool_.get(), config.service, &self->metrics_, self->aggregator_id_);
+      self->pool_.get(), config.service,
+      LearnerServiceOptions{
+          &self->metrics_, self->aggregator_id_,
+          std::min<int64_t>(config.max_message_bytes, INT_MAX)});
   self->admin_service_ = std::make_unique<AdminService>(
       [raw] { return raw->Status(); }, self->options_.reload);
   self->metrics_.AddCollector([raw] { raw->CollectMetrics(); });

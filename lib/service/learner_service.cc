@@ -43,11 +43,11 @@ void WarnIfDifferent(const char* method, const char* field,
 }  // namespace
 
 LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
-                               AggregatorMetrics* metrics,
-                               std::string aggregator_id)
+                               LearnerServiceOptions options)
     : pool_(pool),
-      metrics_(metrics),
-      aggregator_id_(std::move(aggregator_id)),
+      metrics_(options.metrics),
+      aggregator_id_(std::move(options.aggregator_id)),
+      max_reply_bytes_(options.max_reply_bytes),
       memory_(ProcessMemoryLimit()) {
   SetConfig(config);
 }
@@ -345,7 +345,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     requests.push_back(std::move((*parts)[i].request));
   }
   // The claim lives until the learners have answered: consumed if they all
-  // trained, given back otherwise.
+  // trained (even if their answers cannot be merged), given back otherwise.
   auto held = std::make_shared<PlanClaim>(*std::move(claim));
   FanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
       context, settings->config.call_timeout, call_path, *std::move(learners),
@@ -359,8 +359,13 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
       [this, reactor, reply, settings, started, held,
        lease = std::shared_ptr<InflightBudget::Lease>(*std::move(lease)),
        counts = std::move(counts)](auto& calls) {
+        // Once every learner has trained, a retry of the plan would train them
+        // twice, whatever became of their answers: the plan is used.
+        const bool trained =
+            std::all_of(calls.begin(), calls.end(),
+                        [](const auto& call) { return call.status.ok(); });
         const grpc::Status status = MergeLearn(calls, counts, *settings, reply);
-        if (status.ok()) held->Consume();
+        if (trained) held->Consume();
         Finish(reactor, "Learn", started, status);
       });
   return reactor;
@@ -395,15 +400,21 @@ grpc::Status LearnerService::MergeLearn(
   std::vector<pb::LearnReply> replies(calls.size());
   std::vector<google::protobuf::Struct*> infos;
   std::vector<std::string> ids;
+  std::vector<std::string> shares;  // each learner's reply, for a size error
   for (size_t i = 0; i < calls.size(); ++i) {
     const LearnerHandle& learner = calls[i].learner;
-    if (!grpc::SerializationTraits<pb::LearnReply>::Deserialize(&calls[i].reply,
-                                                                &replies[i])
-             .ok()) {
-      return grpc::Status(grpc::StatusCode::INTERNAL,
-                          absl::StrCat("Learn: ", learner.Name(),
-                                       " sent a reply that is not a "
-                                       "LearnReply"));
+    shares.push_back(
+        absl::StrCat(learner.Name(), " ", calls[i].reply.Length(), " bytes"));
+    // Deserialize releases the received bytes once parsed: one copy at a time.
+    if (grpc::Status parsed =
+            grpc::SerializationTraits<pb::LearnReply>::Deserialize(
+                &calls[i].reply, &replies[i]);
+        !parsed.ok()) {
+      return grpc::Status(
+          grpc::StatusCode::INTERNAL,
+          absl::StrCat("Learn: ", learner.Name(),
+                       " sent a reply that cannot be read as a LearnReply: ",
+                       parsed.error_message()));
     }
     infos.push_back(replies[i].mutable_info());
     ids.push_back(learner.id);
@@ -424,6 +435,18 @@ grpc::Status LearnerService::MergeLearn(
   out.set_task_id(replies[0].task_id());
   out.set_buffer_id(replies[0].buffer_id());
   *out.mutable_info() = std::move(merged->info);
+  // Checked before it is serialized: gRPC would fail it only after, with a
+  // message naming nobody, once the learners have trained.
+  if (const size_t size = out.ByteSizeLong();
+      size > static_cast<size_t>(max_reply_bytes_)) {
+    const std::string message = absl::StrCat(
+        "Learn: the merged reply is ", size, " bytes, over max_message_bytes (",
+        max_reply_bytes_, "); the learners trained, but their infos (",
+        absl::StrJoin(shares, ", "),
+        ") are too large together: raise max_message_bytes or send less info");
+    spdlog::error("{}", message);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message);
+  }
   bool own_buffer = false;
   return grpc::SerializationTraits<pb::LearnReply>::Serialize(out, reply,
                                                               &own_buffer);

@@ -22,6 +22,8 @@
 #define LIB_SERVICE_LEARNER_SERVICE_H_
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,19 +42,27 @@
 
 namespace aggregator {
 
+// What LearnerService takes besides the pool and the configuration.
+struct LearnerServiceOptions {
+  AggregatorMetrics* metrics = nullptr;  // optional; must outlive the service
+  // Names this aggregator on the calls it relays (and its replies); empty: no
+  // loop protection.
+  std::string aggregator_id;
+  // The largest reply gRPC will send (max_message_bytes): a merged Learn
+  // reply over it fails with RESOURCE_EXHAUSTED naming each learner's share.
+  int64_t max_reply_bytes = std::numeric_limits<int32_t>::max();
+};
+
 // Learn is relayed as raw bytes (lib/aggregation/raw_batch.h): the batch is
 // never parsed.
 class LearnerService final
     : public aggregator::v1::Learner::WithRawCallbackMethod_Learn<
           aggregator::v1::Learner::CallbackService> {
  public:
-  // `pool` and `metrics` (optional) must outlive the service.
-  // A call proceeds with min_learners ready learners (at least one is always
-  // needed). `aggregator_id` names this aggregator on the calls it relays (and
-  // its replies); empty: no loop protection.
+  // `pool` must outlive the service. A call proceeds with min_learners ready
+  // learners (at least one is always needed).
   LearnerService(LearnerPool* pool, const ServiceConfig& config,
-                 AggregatorMetrics* metrics = nullptr,
-                 std::string aggregator_id = "");
+                 LearnerServiceOptions options = {});
 
   void SetConfig(const ServiceConfig& config);
 
@@ -133,6 +143,7 @@ class LearnerService final
   LearnerPool* const pool_;
   AggregatorMetrics* const metrics_;
   const std::string aggregator_id_;
+  const int64_t max_reply_bytes_;
   SplitPlanner planner_;
   const MemoryLimit memory_;  // what "auto" is a quarter of
   InflightBudget inflight_;   // the Learn batches in flight
