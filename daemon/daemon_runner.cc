@@ -18,6 +18,7 @@
 #include "daemon/bazel_paths.h"
 #include "lib/base/mutex.h"
 #include "lib/base/version.h"
+#include "lib/config/address_clashes.h"
 #include "lib/config/config_loader.h"
 #include "lib/ops/logging.h"
 #include "lib/ops/metrics_endpoint.h"
@@ -218,6 +219,17 @@ class Daemon {
         return absl::InvalidArgumentError(absl::StrCat("--listen: ", why));
       }
       config->listen = *std::move(listen);
+      for (const AddressClash& clash : FindAddressClashes(*config)) {
+        if (clash.user.kind == AddressUser::kListen) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--listen: ", clash.message));
+        }
+        if (clash.other.kind == AddressUser::kListen) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--listen \"", options_.listen, "\": clashes with ",
+              clash.user_key, " in ", config->source, ": ", clash.message));
+        }
+      }
     }
     if (!options_.log_level.empty()) config->log.level = options_.log_level;
     return config;

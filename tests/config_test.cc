@@ -291,12 +291,12 @@ TEST_CASE("Addresses are host:port, [v6]:port or unix:/path", "[config]") {
        {"127.0.0.1:1", "localhost:65535", "learner-0.example.com:22300",
         "my_host:80", "[::1]:22300", "[2001:db8::7]:443", "unix:/tmp/l.sock"}) {
     INFO(good);
-    AggregatorConfig config = Parse(std::string("listen: \"") + good +
-                                    "\"\nallow_insecure: true\n"
-                                    "learners: [{id: x, address: \"" +
-                                    good + "\"}]");
-    CHECK(config.listen.ToString() == good);
-    CHECK(config.learners.at(0).address.ToString() == good);
+    // Apart: a learner at the daemon's own listen is a loop.
+    CHECK(Parse(std::string("listen: \"") + good + "\"\nallow_insecure: true\n")
+              .listen.ToString() == good);
+    CHECK(Parse(std::string("learners: [{id: x, address: \"") + good + "\"}]")
+              .learners.at(0)
+              .address.ToString() == good);
   }
   // Only the listen address may ask for any free port.
   CHECK(Parse("listen: 0.0.0.0:0\nallow_insecure: true").listen.ToString() ==
@@ -1158,3 +1158,87 @@ TEST_CASE("drain_timeout and metrics.listen are read; \"\" turns metrics off",
   CHECK_THAT(std::string(bad.status().message()),
              Catch::Contains("test.yaml:2:11: metrics.listen:"));
 }
+
+namespace aggregator {
+namespace {
+
+// Issue 17, item 1: gRPC and cpp-httplib bound with SO_REUSEPORT, so clashing
+// addresses all passed --check; with metrics.listen equal to listen every
+// gRPC call reached the HTTP server.
+TEST_CASE("Addresses that would collide on this host are refused") {
+  const std::string quiet =
+      "metrics: {listen: \"\"}\nadmin: {listen: \"\"}\nmin_learners: 0\n";
+  SECTION("metrics.listen on listen's socket") {
+    CHECK(Error("listen: \"127.0.0.1:9000\"\n"
+                "metrics: {listen: \"127.0.0.1:9000\"}\n"
+                "admin: {listen: \"\"}\nmin_learners: 0\n") ==
+          "test.yaml:2:19: metrics.listen: the same socket as listen "
+          "(\"127.0.0.1:9000\"): each listener needs its own");
+  }
+  SECTION("admin.listen on a wildcard listen's port") {
+    CHECK_THAT(Error("listen: \"0.0.0.0:9000\"\nallow_insecure: true\n"
+                     "admin: {listen: \"127.0.0.1:9000\"}\n"
+                     "metrics: {listen: \"\"}\nmin_learners: 0\n"),
+               StartsWith("test.yaml:3:17: admin.listen: the same socket as "
+                          "listen (\"0.0.0.0:9000\")"));
+  }
+  SECTION("localhost and 127.0.0.1 are one host") {
+    CHECK_THAT(Error("listen: \"localhost:9000\"\n"
+                     "admin: {listen: \"127.0.0.1:9000\"}\n"
+                     "metrics: {listen: \"\"}\nmin_learners: 0\n"),
+               Contains("admin.listen: the same socket as listen"));
+  }
+  SECTION("a default listener is named as such") {
+    CHECK(Error("listen: \"127.0.0.1:22273\"\nadmin: {listen: \"\"}\n"
+                "min_learners: 0\n") ==
+          "test.yaml:1:9: metrics.listen (default): the same socket as "
+          "listen (\"127.0.0.1:22273\"): each listener needs its own");
+  }
+  SECTION("a worker's ports include listen's") {
+    CHECK(Error("listen: \"127.0.0.1:9001\"\n" + quiet +
+                "workers:\n  - {name: w, command: [x], replicas: 2, "
+                "port_base: 9000}\n") ==
+          "test.yaml:6:53: workers[0].port_base: ports 9000-9001 of worker "
+          "\"w\" include the port of listen (\"127.0.0.1:9001\")");
+  }
+  SECTION("a learner at the aggregator's own listen") {
+    CHECK(Error("listen: \"127.0.0.1:9000\"\n" + quiet +
+                "learners:\n  - {id: me, address: \"127.0.0.1:9000\"}\n") ==
+          "test.yaml:6:23: learners[0].address: \"127.0.0.1:9000\" is this "
+          "aggregator's own listen: its calls would come back here; remove "
+          "it");
+    // A wildcard listener answers on every loopback address.
+    CHECK_THAT(Error("listen: \"[::]:9000\"\nallow_insecure: true\n" + quiet +
+                     "learners:\n  - {id: me, address: \"localhost:9000\"}\n"),
+               Contains("is this aggregator's own listen"));
+    CHECK_THAT(
+        Error("listen: \"unix:/tmp/agg.sock\"\n" + quiet +
+              "learners:\n  - {id: me, address: \"unix:/tmp/agg.sock\"}\n"),
+        Contains("is this aggregator's own listen"));
+  }
+  SECTION("a learner that is a learner worker's replica") {
+    CHECK(Error(quiet + "listen: \"127.0.0.1:0\"\n" +
+                "workers:\n  - {name: l, command: [x], replicas: 2, "
+                "port_base: 9000, learner: true}\n"
+                "learners:\n  - {id: again, address: \"127.0.0.1:9001\"}\n") ==
+          "test.yaml:8:26: learners[0].address: \"127.0.0.1:9001\" is replica "
+          "1 of learner worker \"l\", which joins the learners by itself as "
+          "\"l-1\"");
+  }
+  SECTION("what does not collide passes") {
+    Parse(
+        "listen: \"127.0.0.1:9000\"\nmetrics: {listen: \"127.0.0.2:9000\"}\n"
+        "admin: {listen: \"127.0.0.1:9002\"}\nmin_learners: 0\n"
+        "workers:\n  - {name: w, command: [x], replicas: 2, port_base: "
+        "9003}\n"
+        "learners:\n  - {id: remote, address: \"10.0.0.1:9000\"}\n"
+        "  - {id: other, address: \"127.0.0.3:9000\"}\n");
+    // Port 0 takes a free port: it collides with nothing.
+    Parse(
+        "listen: \"127.0.0.1:0\"\nmetrics: {listen: \"127.0.0.1:0\"}\n"
+        "admin: {listen: \"127.0.0.1:0\"}\nmin_learners: 0\n");
+  }
+}
+
+}  // namespace
+}  // namespace aggregator

@@ -215,6 +215,34 @@ TEST_CASE(
   close(held);
 }
 
+// Issue 17, items 1 and 9: --check validated the file but not the
+// overrides, so a --listen on a port the file gives to something else passed.
+TEST_CASE("--check refuses a --listen that clashes with the configuration") {
+  struct Case {
+    const char* listen;
+    const char* expected;
+  };
+  for (const Case& c : {
+           Case{"127.0.0.1:22273",
+                "--listen \"127.0.0.1:22273\": clashes with metrics.listen in "
+                "<embedded default>: the same socket as listen "
+                "(\"127.0.0.1:22273\")"},
+           Case{"127.0.0.1:22301",
+                "--listen \"127.0.0.1:22301\": clashes with "
+                "workers[0].port_base in <embedded default>: ports 22300-22301 "
+                "of worker \"learner\" include the port of listen"},
+           Case{"garbage", "--listen: bad address \"garbage\""},
+       }) {
+    INFO(c.listen);
+    auto daemon = Spawn({kDaemon, "--check", "--listen", c.listen});
+    const std::string err = ReadAll(*daemon, /*from_stderr=*/true);
+    auto exit = daemon->Wait(std::chrono::steady_clock::now() + kLongWait);
+    REQUIRE(exit.ok());
+    CHECK(exit->exit_code == 1);
+    CHECK_THAT(err, Catch::Contains(c.expected));
+  }
+}
+
 TEST_CASE("allow_insecure: true serves plaintext on every interface, warning") {
   const std::string dir = TempDir();
   const std::string path =

@@ -31,6 +31,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "lib/base/mutex.h"
+#include "lib/config/address_clashes.h"
 #include "lib/tls/pem.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
@@ -238,11 +239,46 @@ class Parser {
     std::optional<Field> min_learners;
     ReadRoot(*root, config, &min_learners);
     CheckWorkers(config->workers);
+    CheckAddressClashes(*config);
     if (min_learners) CheckMinLearners(*min_learners, *config);
     for (LearnerEndpoint& learner : config->learners) {
       if (!learner.tls) learner.tls = config->learner_tls;
     }
     CheckPlaintextListeners(*config);
+  }
+
+  // Where an address user was written (nullopt: it is the default).
+  std::optional<Field> FieldOf(const AddressUser& user) const {
+    switch (user.kind) {
+      case AddressUser::kListen:
+        return listen_field_;
+      case AddressUser::kMetricsListen:
+        return metrics_listen_field_;
+      case AddressUser::kAdminListen:
+        return admin_listen_field_;
+      case AddressUser::kWorker:
+        return user.index < worker_fields_.size()
+                   ? worker_fields_[user.index].port_base
+                   : std::nullopt;
+      case AddressUser::kLearner:
+        return user.index < learner_address_fields_.size()
+                   ? learner_address_fields_[user.index]
+                   : std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+  // Reported where the clashing address was written, or, for a default, where
+  // the address it clashes with was.
+  void CheckAddressClashes(const AggregatorConfig& config) {
+    for (const AddressClash& clash : FindAddressClashes(config)) {
+      std::optional<Field> at = FieldOf(clash.user);
+      if (!at) at = FieldOf(clash.other);
+      const std::string name = FieldOf(clash.user)
+                                   ? clash.user_key
+                                   : absl::StrCat(clash.user_key, " (default)");
+      Error(at ? at->mark : YAML::Mark::null_mark(), name, clash.message);
+    }
   }
 
   // Plaintext that other hosts can reach needs saying so.
@@ -366,6 +402,7 @@ class Parser {
                ReadMap(f, {{"listen", [&](const Field& listen) {
                               ReadOptionalAddress(listen,
                                                   &config->metrics.listen);
+                              metrics_listen_field_ = listen;
                               // cpp-httplib serves TCP only: refused here
                               // rather than at start.
                               if (config->metrics.listen &&
@@ -747,11 +784,14 @@ class Parser {
                     std::vector<LearnerEndpoint>* learners) {
     learners->clear();
     learner_ids_.clear();
+    learner_address_fields_.clear();
     // Each id and where it first appeared.
     std::map<std::string, YAML::Mark> first_use;
     ReadList(field, [&](const Field& item) {
       // Counted even when invalid, so min_learners is checked against the list.
       LearnerEndpoint& learner = learners->emplace_back();
+      std::optional<Field>& address_field =
+          learner_address_fields_.emplace_back();
       if (!item.node.IsMap()) {
         Error(item,
               absl::StrCat("expected a map with \"id\" and \"address\", got ",
@@ -784,7 +824,10 @@ class Parser {
               "missing \"address\" (\"host:port\", \"[v6]:port\" or "
               "\"unix:/path\")");
       } else {
-        ReadAddress(*address, /*allow_port_zero=*/false, &learner.address);
+        if (ReadAddress(*address, /*allow_port_zero=*/false,
+                        &learner.address)) {
+          address_field = address;
+        }
       }
     });
   }
@@ -1185,9 +1228,13 @@ class Parser {
   std::string source_;
   const bool read_files_;
   std::vector<Problem> errors_;
-  // Where listen and admin.listen were written (unset: the default).
+  // Where listen, metrics.listen and admin.listen were written (unset: the
+  // default).
   std::optional<Field> listen_field_;
+  std::optional<Field> metrics_listen_field_;
   std::optional<Field> admin_listen_field_;
+  // One per entry of config->learners: where a valid address was written.
+  std::vector<std::optional<Field>> learner_address_fields_;
   bool tls_written_ = false;
   // Where each id of `learners:` was first written.
   std::map<std::string, YAML::Mark> learner_ids_;
