@@ -106,9 +106,9 @@ wait_for 10 journal_has "$since" 'reload failed, the running configuration stays
   fail "a broken file was not refused"
 active_running && generation 2 || fail "a broken file changed the running daemon"
 journal_after "$since" | grep 'reload failed' | cut -c1-160
-# Its priority is the error's (<3>): journalctl -p err shows it, and nothing
-# carries a literal "<error>"-style prefix.
-box "journalctl -q -u aggregatord -p err --after-cursor='$since'" | grep 'reload failed' >/dev/null ||
+# Its priority is the error's (<3>): journalctl -p err shows it, and nothing carries a
+# literal "<error>"-style prefix. (No cursor with -p: this journalctl then shows nothing.)
+box 'journalctl -q -p err -u aggregatord -n 50' | grep 'reload failed' >/dev/null ||
   fail "journalctl -p err does not show the failed reload (priority prefix not numeric?)"
 ! journal_after "$since" | grep -E '^[^]]*\]: <[a-z]' >/dev/null ||
   fail "journald lines carry a textual priority prefix"
