@@ -37,6 +37,11 @@ TEST_CASE("Fields that need a restart are refused, each by name") {
   next.max_message_bytes = 4096;
   CHECK(DescribeReload(Base(), next).status().code() ==
         absl::StatusCode::kFailedPrecondition);
+  next = Base();
+  next.unix_socket.mode = 0600;
+  CHECK_THAT(std::string(DescribeReload(Base(), next).status().message()),
+             Catch::Contains("unix_socket.mode (running \"0660\", file says "
+                             "\"0600\")"));
 }
 
 TEST_CASE("A reload summary says what changes") {

@@ -368,7 +368,8 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
         "test.yaml:2:1: listen_port: unknown key; allowed here: listen, tls, "
         "learner_tls, allow_insecure, admin, learners, workers, min_learners, "
         "connect, call_timeout, "
-        "drain_timeout, metrics, max_message_bytes, max_inflight_bytes, "
+        "drain_timeout, metrics, unix_socket, max_message_bytes, "
+        "max_inflight_bytes, "
         "merge, log");
   CHECK(Error("connect:\n  backoff:\n    jiter: 0.1\n") ==
         "test.yaml:3:5: connect.backoff.jiter: unknown key; allowed here: "
@@ -1238,6 +1239,28 @@ TEST_CASE("Addresses that would collide on this host are refused") {
         "listen: \"127.0.0.1:0\"\nmetrics: {listen: \"127.0.0.1:0\"}\n"
         "admin: {listen: \"127.0.0.1:0\"}\nmin_learners: 0\n");
   }
+}
+
+}  // namespace
+}  // namespace aggregator
+
+namespace aggregator {
+namespace {
+
+TEST_CASE("unix_socket.mode is octal permissions the daemon can use") {
+  CHECK(Parse("").unix_socket.mode == 0660);
+  CHECK(Parse("unix_socket: {mode: \"0600\"}").unix_socket.mode == 0600);
+  CHECK(Parse("unix_socket: {mode: \"666\"}").unix_socket.mode == 0666);
+  CHECK(Error("unix_socket: {mode: \"0860\"}") ==
+        "test.yaml:1:21: unix_socket.mode: expected permissions in octal as a "
+        "string, e.g. \"0660\", got \"0860\"");
+  CHECK_THAT(Error("unix_socket: {mode: \"04770\"}"),
+             Contains("expected permissions in octal"));
+  CHECK_THAT(Error("unix_socket: {mode: [1]}"),
+             Contains("expected permissions in octal as a string"));
+  CHECK(Error("unix_socket: {mode: \"0060\"}") ==
+        "test.yaml:1:21: unix_socket.mode: \"0060\" leaves the daemon's own "
+        "user without read and write; give it at least 0600");
 }
 
 }  // namespace

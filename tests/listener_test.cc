@@ -4,9 +4,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/test_cluster.h"
@@ -84,4 +88,93 @@ TEST_CASE("An idle connection is sent GOAWAY after the idle timeout") {
   CHECK(channel->GetState(false) == GRPC_CHANNEL_IDLE);
   // And the next call simply reconnects.
   CHECK(health->Check(Deadline().get(), {}, &response).ok());
+}
+
+namespace {
+
+// A fresh short directory (a unix socket path must fit 107 bytes).
+std::string ShortTempDir() {
+  char pattern[] = "/tmp/sockXXXXXX";
+  REQUIRE(mkdtemp(pattern) != nullptr);
+  return pattern;
+}
+
+bool Exists(const std::string& path) {
+  struct stat found {};
+  return lstat(path.c_str(), &found) == 0;
+}
+
+int ModeOf(const std::string& path) {
+  struct stat found {};
+  REQUIRE(lstat(path.c_str(), &found) == 0);
+  REQUIRE(S_ISSOCK(found.st_mode));
+  return static_cast<int>(found.st_mode & 07777);
+}
+
+aggregator::AggregatorConfig UnixConfig(const std::string& path) {
+  aggregator::AggregatorConfig config = FastConfig({}, 0);
+  config.listen = aggregator::HostPort::Unix(path);
+  config.admin.listen.reset();
+  return config;
+}
+
+bool Answers(const std::string& path) {
+  auto channel =
+      grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials());
+  return channel->WaitForConnected(std::chrono::system_clock::now() +
+                                   std::chrono::seconds(5));
+}
+
+}  // namespace
+
+// Issue 17, item 2: gRPC unlinks a unix socket's path before it binds, so a
+// second daemon took over a live socket and the first ran on, reachable by
+// nobody; the socket's mode was left to the umask, and it stayed after exit.
+TEST_CASE(
+    "A unix socket another daemon listens on is refused, a stale one "
+    "replaced; it gets unix_socket.mode and is removed at the end") {
+  const std::string dir = ShortTempDir();
+  const std::string path = dir + "/aggregator.sock";
+  {
+    auto first = StartAggregator(UnixConfig(path));
+    CHECK(ModeOf(path) == 0660);
+    auto second = aggregator::AggregatorServer::Start(UnixConfig(path));
+    REQUIRE_FALSE(second.ok());
+    CHECK(second.status().code() == absl::StatusCode::kUnavailable);
+    CHECK_THAT(std::string(second.status().message()),
+               Catch::Contains("listen \"unix:" + path +
+                               "\": another process is listening on it"));
+    // The first one still has its socket.
+    CHECK(Answers(path));
+  }
+  CHECK_FALSE(Exists(path));
+
+  // A socket file nobody listens on, as a crashed daemon leaves it.
+  const int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", path.c_str());
+  REQUIRE(bind(stale, reinterpret_cast<sockaddr*>(&address), sizeof(address)) ==
+          0);
+  close(stale);
+  REQUIRE(Exists(path));
+  {
+    aggregator::AggregatorConfig config = UnixConfig(path);
+    config.unix_socket.mode = 0600;
+    auto replaced = StartAggregator(config);
+    CHECK(ModeOf(path) == 0600);
+    CHECK(Answers(path));
+  }
+  CHECK_FALSE(Exists(path));
+
+  // Something that is not a socket is never removed.
+  { std::ofstream(path) << "precious"; }
+  auto refused = aggregator::AggregatorServer::Start(UnixConfig(path));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("exists and is not a socket"));
+  CHECK(Exists(path));
+  unlink(path.c_str());
+  rmdir(dir.c_str());
 }

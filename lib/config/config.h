@@ -221,6 +221,19 @@ struct AdminConfig {
   std::optional<HostPort> listen = HostPort::Tcp("127.0.0.1", 22274);
 };
 
+struct UnixSocketConfig {
+  // unix_socket.mode: the permissions of the unix sockets the daemon listens
+  // on (listen, admin.listen). Cannot change on reload.
+  int mode = 0660;
+
+  bool operator==(const UnixSocketConfig& other) const {
+    return mode == other.mode;
+  }
+  bool operator!=(const UnixSocketConfig& other) const {
+    return !(*this == other);
+  }
+};
+
 struct LogConfig {
   // log.level: trace, debug, info, warn, error, critical or off.
   std::string level = "info";
@@ -257,6 +270,7 @@ struct AggregatorConfig {
   // How long SIGTERM waits for calls in flight before stopping.
   std::chrono::milliseconds drain_timeout{30000};
   MetricsConfig metrics;
+  UnixSocketConfig unix_socket;
 };
 
 // The commented default config/aggregator.yaml, compiled into the binary.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace aggregator {
@@ -94,7 +95,7 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   // compiling until it is classed as frozen (needs a restart) or described.
   const auto& [source, listen, tls, learner_tls, allow_insecure, admin,
                learners, workers, service, connect, max_message_bytes, log,
-               drain_timeout, metrics] = next;
+               drain_timeout, metrics, unix_socket] = next;
   (void)source;       // where it came from, not what it says
   (void)learner_tls;  // already applied to each of `learners`
 
@@ -125,6 +126,11 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
     frozen.push_back(absl::StrCat(
         "metrics.listen (running '", Describe(running.metrics.listen),
         "', file says '", Describe(metrics.listen), "')"));
+  }
+  if (running.unix_socket != unix_socket) {
+    frozen.push_back(absl::StrFormat(
+        "unix_socket.mode (running \"%04o\", file says \"%04o\")",
+        running.unix_socket.mode, unix_socket.mode));
   }
   if (!frozen.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(

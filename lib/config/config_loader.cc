@@ -414,6 +414,12 @@ class Parser {
                               }
                             }}});
              }},
+            {"unix_socket",
+             [&](const Field& f) {
+               ReadMap(f, {{"mode", [&](const Field& mode) {
+                              ReadFileMode(mode, &config->unix_socket.mode);
+                            }}});
+             }},
             {"max_message_bytes",
              [&](const Field& f) {
                ReadBytes(f, kMinMessageBytes, kMaxMessageBytes,
@@ -1118,6 +1124,36 @@ class Parser {
       return false;
     }
     *out = value;
+    return true;
+  }
+
+  // File permissions as an octal string of 3 or 4 digits, "0660"; at most
+  // 0777 (no setuid, setgid or sticky bits).
+  bool ReadFileMode(const Field& field, int* out) {
+    constexpr const char* kExpected =
+        "expected permissions in octal as a string, e.g. \"0660\", got ";
+    if (!field.node.IsScalar()) {
+      Error(field, absl::StrCat(kExpected, Describe(field.node)));
+      return false;
+    }
+    const std::string& text = field.node.Scalar();
+    int mode = 0;
+    bool octal = text.size() == 3 || text.size() == 4;
+    for (char c : text) {
+      octal = octal && c >= '0' && c <= '7';
+      mode = mode * 8 + (c - '0');
+    }
+    if (!octal || mode > 0777) {
+      Error(field, absl::StrCat(kExpected, Quote(text)));
+      return false;
+    }
+    if ((mode & 0600) != 0600) {
+      Error(field, absl::StrCat(Quote(text),
+                                " leaves the daemon's own user without read "
+                                "and write; give it at least 0600"));
+      return false;
+    }
+    *out = mode;
     return true;
   }
 

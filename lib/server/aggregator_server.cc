@@ -4,6 +4,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <climits>
@@ -21,6 +22,25 @@ constexpr char kLearnerServiceName[] = "aggregator.v1.Learner";
 // without a FIN does not hold its call (and its batch) until the deadline.
 constexpr int kKeepaliveTimeMs = 60 * 1000;
 constexpr int kKeepaliveTimeoutMs = 20 * 1000;
+
+// Builds and starts `builder`'s server. Sockets it binds on unix paths are
+// created 0600 and then given `mode` (never more open than asked for, even for
+// an instant); `paths` were claimed by the caller.
+std::unique_ptr<grpc::Server> StartListening(
+    grpc::ServerBuilder* builder, const std::vector<UnixListenerPath*>& paths,
+    mode_t mode, absl::Status* status) {
+  mode_t umask_before = 0;
+  if (!paths.empty()) umask_before = umask(0177);
+  std::unique_ptr<grpc::Server> server = builder->BuildAndStart();
+  if (!paths.empty()) umask(umask_before);
+  for (UnixListenerPath* path : paths) {
+    if (server == nullptr) break;
+    if (absl::Status restricted = path->Restrict(mode); !restricted.ok()) {
+      *status = restricted;
+    }
+  }
+  return server;
+}
 
 ServerIdentity IdentityOf(const ServerTlsConfig& tls) {
   return ServerIdentity{tls.cert.pem, tls.key.pem, tls.client_ca.pem};
@@ -107,12 +127,36 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     return raw->tls_ ? raw->tls_->Credentials()
                      : grpc::InsecureServerCredentials();
   };
+  // gRPC would unlink a unix socket path another daemon is listening on.
+  auto claim = [&](const HostPort& address, const char* what,
+                   std::vector<UnixListenerPath*>* claimed) -> absl::Status {
+    if (!address.is_unix()) return absl::OkStatus();
+    auto path = std::make_unique<UnixListenerPath>(address.path, what);
+    absl::Status status = path->Claim();
+    if (!status.ok()) {
+      return absl::Status(
+          status.code(),
+          absl::StrCat(status.message(), " (from ", config.source, ")"));
+    }
+    claimed->push_back(path.get());
+    self->unix_paths_.push_back(std::move(path));
+    return absl::OkStatus();
+  };
+  const mode_t socket_mode = static_cast<mode_t>(config.unix_socket.mode);
+  std::vector<UnixListenerPath*> listen_paths;
+  if (absl::Status claimed = claim(config.listen, "listen", &listen_paths);
+      !claimed.ok()) {
+    return claimed;
+  }
   grpc::ServerBuilder builder;
   SetListenerOptions(config, self->options_, &builder);
   builder.AddListeningPort(config.listen.ToString(), credentials(),
                            &self->port_);
   builder.RegisterService(self->learner_service_.get());
-  self->server_ = builder.BuildAndStart();
+  absl::Status restricted;
+  self->server_ =
+      StartListening(&builder, listen_paths, socket_mode, &restricted);
+  if (!restricted.ok()) return restricted;
   if (self->server_ == nullptr || self->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on '", config.listen.ToString(), "' (from ",
@@ -120,6 +164,12 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
         config.tls ? ", or gRPC refused the certificate" : ""));
   }
   if (config.admin.listen) {
+    std::vector<UnixListenerPath*> admin_paths;
+    if (absl::Status claimed =
+            claim(*config.admin.listen, "admin.listen", &admin_paths);
+        !claimed.ok()) {
+      return claimed;
+    }
     grpc::ServerBuilder admin;
     // Health is the Learner listener's to report (NOT_SERVING while draining):
     // the admin listener does not answer for it.
@@ -129,7 +179,9 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
     admin.AddListeningPort(config.admin.listen->ToString(), credentials(),
                            &self->admin_port_);
     admin.RegisterService(self->admin_service_.get());
-    self->admin_server_ = admin.BuildAndStart();
+    self->admin_server_ =
+        StartListening(&admin, admin_paths, socket_mode, &restricted);
+    if (!restricted.ok()) return restricted;
     if (self->admin_server_ == nullptr || self->admin_port_ == 0) {
       return absl::UnavailableError(
           absl::StrCat("cannot listen on '", config.admin.listen->ToString(),

@@ -31,6 +31,7 @@
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/server/admin_service.h"
+#include "lib/server/unix_listener.h"
 #include "lib/service/learner_service.h"
 #include "lib/tls/credentials.h"
 #include "lib/workers/worker_manager.h"
@@ -140,6 +141,8 @@ class AggregatorServer {
   std::unique_ptr<WorkerManager> workers_;
   int port_ = 0;
   int admin_port_ = 0;
+  // The unix socket paths of listen and admin.listen, removed at the end.
+  std::vector<std::unique_ptr<UnixListenerPath>> unix_paths_;
   const std::string aggregator_id_ = NewAggregatorId();
   std::atomic<bool> ready_{false};
   std::atomic<bool> shutting_down_{false};
