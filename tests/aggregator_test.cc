@@ -575,10 +575,11 @@ TEST_CASE(
 
 namespace {
 
-// A learner whose every Learn info carries `blob_bytes` of text.
-class BulkyLearner final : public pb::Learner::Service {
+// A learner whose every Learn answers `info`.
+class FixedInfoLearner final : public pb::Learner::Service {
  public:
-  explicit BulkyLearner(size_t blob_bytes) : blob_(blob_bytes, 'x') {}
+  explicit FixedInfoLearner(google::protobuf::Struct info)
+      : info_(std::move(info)) {}
   grpc::Status GetResource(grpc::ServerContext*, const pb::GetResourceRequest*,
                            pb::Resource* reply) override {
     reply->set_gpus(1);
@@ -591,18 +592,19 @@ class BulkyLearner final : public pb::Learner::Service {
   }
   grpc::Status Learn(grpc::ServerContext*, const pb::LearnRequest*,
                      pb::LearnReply* reply) override {
-    (*reply->mutable_info()->mutable_fields())["blob"].set_string_value(blob_);
+    *reply->mutable_info() = info_;
     ++learns;
     return grpc::Status::OK;
   }
   std::atomic<int> learns{0};
 
  private:
-  const std::string blob_;
+  const google::protobuf::Struct info_;
 };
 
-struct BulkyServer {
-  explicit BulkyServer(size_t blob_bytes) : learner(blob_bytes) {
+struct FixedInfoServer {
+  explicit FixedInfoServer(google::protobuf::Struct info)
+      : learner(std::move(info)) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -612,11 +614,18 @@ struct BulkyServer {
     REQUIRE(server != nullptr);
     address = "127.0.0.1:" + std::to_string(port);
   }
-  ~BulkyServer() { server->Shutdown(std::chrono::system_clock::now()); }
-  BulkyLearner learner;
+  ~FixedInfoServer() { server->Shutdown(std::chrono::system_clock::now()); }
+  FixedInfoLearner learner;
   std::unique_ptr<grpc::Server> server;
   std::string address;
 };
+
+// {"blob": `bytes` of text}
+google::protobuf::Struct BlobInfo(size_t bytes) {
+  google::protobuf::Struct info;
+  (*info.mutable_fields())["blob"].set_string_value(std::string(bytes, 'x'));
+  return info;
+}
 
 double RequestsCounted(aggregator::AggregatorServer& server,
                        const std::string& rpc, const std::string& code) {
@@ -641,8 +650,8 @@ TEST_CASE(
     "A merged Learn reply over max_message_bytes is RESOURCE_EXHAUSTED, "
     "naming each learner's share, and the plan counts as used") {
   // Each learner's reply fits the limit; the two together do not.
-  BulkyServer bulky0(40 << 10);
-  BulkyServer bulky1(40 << 10);
+  FixedInfoServer bulky0(BlobInfo(40 << 10));
+  FixedInfoServer bulky1(BlobInfo(40 << 10));
   auto config = FastConfig(
       {Endpoint("bulky0", bulky0.address), Endpoint("bulky1", bulky1.address)},
       2);
@@ -672,4 +681,29 @@ TEST_CASE(
   CHECK(retry.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   CHECK_THAT(retry.error_message(), Catch::Contains("already used"));
   CHECK(bulky0.learner.learns == 1);
+}
+
+// Issue 17, item 9: a reply nested deeper than protobuf's parse limit was
+// reported as "not a LearnReply", which sent people looking for a wrong type.
+TEST_CASE("A Learn reply nested deeper than protobuf allows is named as such") {
+  google::protobuf::Struct info;
+  google::protobuf::Struct* level = &info;
+  for (int i = 0; i < 60; ++i) {
+    level = (*level->mutable_fields())["deeper"].mutable_struct_value();
+  }
+  FixedInfoServer deep(info);
+  auto server =
+      StartReadyAggregator(FastConfig({Endpoint("deep", deep.address)}, 1));
+  auto stub = LearnerStub(server->address());
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  pb::LearnRequest batch = Batch(4, "s");
+  batch.set_plan_id(demand.plan_id());
+  pb::LearnReply reply;
+  const grpc::Status status = stub->Learn(Deadline().get(), batch, &reply);
+  CHECK(status.error_code() == grpc::StatusCode::INTERNAL);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("Learn: deep (" + deep.address +
+                             ") sent a LearnReply nested deeper than "
+                             "protobuf's limit of 100"));
 }

@@ -1,5 +1,7 @@
 #include "lib/service/learner_service.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -38,6 +40,36 @@ void WarnIfDifferent(const char* method, const char* field,
   spdlog::warn(
       "{}: learners disagree on {}: {} sent '{}', {} sent '{}'; kept {}'s",
       method, field, first.id, first_value, other.id, other_value, first.id);
+}
+
+// Parses a learner's Learn reply, releasing `bytes`. A reply that does not
+// parse is either nested deeper than protobuf allows (a Struct of Structs) or
+// not a LearnReply at all; the error says which.
+grpc::Status ParseLearnReply(grpc::ByteBuffer* bytes, pb::LearnReply* reply) {
+  // Shares the slices, so a second parse needs no copy of the bytes.
+  grpc::ByteBuffer kept(*bytes);
+  if (grpc::SerializationTraits<pb::LearnReply>::Deserialize(bytes, reply)
+          .ok()) {
+    return grpc::Status::OK;
+  }
+  const int limit =
+      google::protobuf::io::CodedInputStream::GetDefaultRecursionLimit();
+  grpc::ProtoBufferReader reader(&kept);
+  google::protobuf::io::CodedInputStream input(&reader);
+  // Deeper still, but bounded: parsing recurses on the stack.
+  input.SetRecursionLimit(4 * limit);
+  pb::LearnReply deeper;
+  if (deeper.ParseFromCodedStream(&input)) {
+    return grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("a LearnReply nested deeper than protobuf's limit of ",
+                     limit, " levels (a Struct of Structs in its info)"));
+  }
+  return grpc::Status(
+      grpc::StatusCode::INTERNAL,
+      absl::StrCat("a reply that cannot be read as a LearnReply (or that is "
+                   "nested more than ",
+                   4 * limit, " levels deep)"));
 }
 
 }  // namespace
@@ -405,16 +437,12 @@ grpc::Status LearnerService::MergeLearn(
     const LearnerHandle& learner = calls[i].learner;
     shares.push_back(
         absl::StrCat(learner.Name(), " ", calls[i].reply.Length(), " bytes"));
-    // Deserialize releases the received bytes once parsed: one copy at a time.
-    if (grpc::Status parsed =
-            grpc::SerializationTraits<pb::LearnReply>::Deserialize(
-                &calls[i].reply, &replies[i]);
+    // Parsing releases the received bytes: one copy at a time.
+    if (grpc::Status parsed = ParseLearnReply(&calls[i].reply, &replies[i]);
         !parsed.ok()) {
-      return grpc::Status(
-          grpc::StatusCode::INTERNAL,
-          absl::StrCat("Learn: ", learner.Name(),
-                       " sent a reply that cannot be read as a LearnReply: ",
-                       parsed.error_message()));
+      return grpc::Status(parsed.error_code(),
+                          absl::StrCat("Learn: ", learner.Name(), " sent ",
+                                       parsed.error_message()));
     }
     infos.push_back(replies[i].mutable_info());
     ids.push_back(learner.id);
