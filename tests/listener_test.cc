@@ -178,3 +178,38 @@ TEST_CASE(
   unlink(path.c_str());
   rmdir(dir.c_str());
 }
+
+// Issue 17, item 9: with min_learners 0 and no learners, health said SERVING
+// while every call was UNAVAILABLE ("1 needed").
+TEST_CASE("Health agrees with the calls when min_learners is 0") {
+  aggregator::AggregatorConfig config = FastConfig({}, 0);
+  auto server = StartAggregator(config);
+  auto health = grpc::health::v1::Health::NewStub(grpc::CreateChannel(
+      server->address(), grpc::InsecureChannelCredentials()));
+  auto status_of = [&] {
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service("aggregator.v1.Learner");
+    grpc::health::v1::HealthCheckResponse response;
+    REQUIRE(health->Check(Deadline().get(), request, &response).ok());
+    return response.status();
+  };
+  // Started (what systemd is told), but no call can be served yet.
+  CHECK(server->WaitUntilReady(Clock::now()));
+  CHECK(status_of() == grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  CHECK_FALSE(server->ready());
+  aggregator::v1::DataDemand demand;
+  CHECK(LearnerStub(server->address())
+            ->GetData(Deadline().get(), {}, &demand)
+            .error_code() == grpc::StatusCode::UNAVAILABLE);
+  // One learner: both say yes.
+  auto learner = StartLearner();
+  config.learners.push_back(Endpoint("l", learner->address));
+  REQUIRE(server->Reload(config).ok());
+  REQUIRE(Eventually([&] {
+    return status_of() == grpc::health::v1::HealthCheckResponse::SERVING;
+  }));
+  CHECK(server->ready());
+  CHECK(LearnerStub(server->address())
+            ->GetData(Deadline().get(), {}, &demand)
+            .ok());
+}

@@ -289,23 +289,27 @@ void AggregatorServer::Changed() {
 }
 
 void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
-  bool now_ready = false;
+  bool started = false;
   {
     MutexLock lock(&health_mu_);
     if (shutting_down_ || draining_ || server_ == nullptr) return;
     const int min_learners = min_learners_.load();
-    now_ready = ready >= static_cast<size_t>(std::max(0, min_learners));
+    started = ready >= static_cast<size_t>(std::max(0, min_learners));
+    // Serving is what the calls do: they need min_learners, and always one.
+    const bool serving =
+        ready >= static_cast<size_t>(std::max(1, min_learners));
     // Health first: whoever reads the log line must find health agreeing.
     auto* health = server_->GetHealthCheckService();
-    health->SetServingStatus(now_ready);
-    health->SetServingStatus(kLearnerServiceName, now_ready);
-    if (now_ready != ready_.exchange(now_ready)) {
-      spdlog::info("{}: {} of {} learner(s) ready (min_learners {})",
-                   now_ready ? "serving" : "not serving", ready, total,
-                   min_learners);
+    health->SetServingStatus(serving);
+    health->SetServingStatus(kLearnerServiceName, serving);
+    if (serving != ready_.exchange(serving)) {
+      spdlog::info("{}: {} of {} learner(s) ready (min_learners {}{})",
+                   serving ? "serving" : "not serving", ready, total,
+                   min_learners,
+                   min_learners == 0 ? "; a call needs at least one" : "");
     }
   }
-  if (options_.on_ready_change) options_.on_ready_change(now_ready);
+  if (options_.on_ready_change) options_.on_ready_change(started);
   Changed();
 }
 

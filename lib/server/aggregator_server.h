@@ -46,8 +46,9 @@ struct ServerOptions {
   // The program that guards each worker's process tree (aggregatord itself;
   // lib/process/process_guard.h); empty: none.
   std::string guard_program;
-  // Whenever readiness is (re)computed, with its value (from the pool's
-  // thread or a reload).
+  // Whenever readiness is (re)computed (from the pool's thread or a reload):
+  // whether min_learners are ready, which with min_learners 0 is at once
+  // (systemd's READY). Health and ready() also need one learner, as calls do.
   std::function<void(bool ready)> on_ready_change;
   // Whenever what Summary() says may have changed: learners, workers, the
   // configuration generation. From any of the server's threads.
@@ -83,7 +84,8 @@ class AggregatorServer {
   LearnerPool& pool() { return *pool_; }
   WorkerManager& workers() { return *workers_; }
   AggregatorMetrics& metrics() { return metrics_; }
-  // min_learners are ready.
+  // Calls are served: min_learners, and at least one, are ready (what health
+  // says).
   bool ready() const { return ready_.load(); }
   bool WaitUntilReady(std::chrono::steady_clock::time_point deadline) const;
   // drain_timeout of the configuration in force.
