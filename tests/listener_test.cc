@@ -38,9 +38,10 @@ TEST_CASE("A second aggregator on a bound address fails, naming it") {
   auto second = aggregator::AggregatorServer::Start(config);
   REQUIRE_FALSE(second.ok());
   CHECK(second.status().code() == absl::StatusCode::kUnavailable);
-  CHECK_THAT(std::string(second.status().message()),
-             Catch::Contains(config.listen.ToString()) &&
-                 Catch::Contains("already in use"));
+  CHECK_THAT(
+      std::string(second.status().message()),
+      Catch::Contains(config.listen.ToString()) &&
+          Catch::Contains("already in use by pid " + std::to_string(getpid())));
 }
 
 TEST_CASE("A connection that never speaks is closed at the handshake timeout") {

@@ -1,6 +1,7 @@
 // The daemon's metrics served by the real endpoint (prometheus-cpp's Exposer)
 // on loopback, scraped over HTTP and checked with promtool.
 #include <httplib.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <future>
@@ -114,8 +115,11 @@ TEST_CASE("A metrics address in use is refused, naming it") {
   auto second = MetricsEndpoint::Start(taken, metrics.collectable());
   REQUIRE_FALSE(second.ok());
   CHECK(second.status().code() == absl::StatusCode::kUnavailable);
-  CHECK_THAT(std::string(second.status().message()),
-             Catch::Contains(taken.ToString()));
+  // Named, and who holds it (this test).
+  CHECK_THAT(
+      std::string(second.status().message()),
+      Catch::Contains(taken.ToString()) &&
+          Catch::Contains("already in use by pid " + std::to_string(getpid())));
 }
 
 TEST_CASE(

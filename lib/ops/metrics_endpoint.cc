@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/port_holder.h"
 
 namespace aggregator {
 namespace {
@@ -61,9 +62,12 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
             "listening_ports", listen.ToString(), "num_threads", kThreads,
             "request_timeout_ms", kRequestTimeoutMs});
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on '", listen.ToString(),
-                     "': the address is invalid or in use (", e.what(), ")"));
+    const std::string holder = DescribePortHolder(listen.port);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve metrics on '", listen.ToString(), "': ",
+        holder.empty() ? "the address is invalid or in use"
+                       : absl::StrCat("already in use by ", holder),
+        " (", e.what(), ")"));
   }
   self->exposer_->RegisterCollectable(metrics);
   const std::vector<int> ports = self->exposer_->GetListeningPorts();

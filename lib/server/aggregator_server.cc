@@ -11,6 +11,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/port_holder.h"
 #include "lib/config/config_diff.h"
 
 namespace aggregator {
@@ -40,6 +41,20 @@ std::unique_ptr<grpc::Server> StartListening(
     }
   }
   return server;
+}
+
+// Why `address` (`key` in the configuration) could not be bound, naming the
+// process that holds the port when one can be found.
+absl::Status ListenFailure(const HostPort& address, const char* key,
+                           const AggregatorConfig& config) {
+  const std::string holder =
+      address.is_unix() ? "" : DescribePortHolder(address.port);
+  return absl::UnavailableError(
+      absl::StrCat("cannot listen on '", address.ToString(), "' (", key,
+                   ", from ", config.source, "): ",
+                   holder.empty() ? "the address is invalid or already in use"
+                                  : absl::StrCat("already in use by ", holder),
+                   config.tls ? ", or gRPC refused the certificate" : ""));
 }
 
 ServerIdentity IdentityOf(const ServerTlsConfig& tls) {
@@ -158,10 +173,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
       StartListening(&builder, listen_paths, socket_mode, &restricted);
   if (!restricted.ok()) return restricted;
   if (self->server_ == nullptr || self->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on '", config.listen.ToString(), "' (from ",
-        config.source, "): the address is invalid or already in use",
-        config.tls ? ", or gRPC refused the certificate" : ""));
+    return ListenFailure(config.listen, "listen", config);
   }
   if (config.admin.listen) {
     std::vector<UnixListenerPath*> admin_paths;
@@ -183,11 +195,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
         StartListening(&admin, admin_paths, socket_mode, &restricted);
     if (!restricted.ok()) return restricted;
     if (self->admin_server_ == nullptr || self->admin_port_ == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on '", config.admin.listen->ToString(),
-                       "' (admin.listen, from ", config.source,
-                       "): the address is invalid or already in use",
-                       config.tls ? ", or gRPC refused the certificate" : ""));
+      return ListenFailure(*config.admin.listen, "admin.listen", config);
     }
   }
   self->OnReadyChange(0, config.learners.size());
