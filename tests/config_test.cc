@@ -719,7 +719,8 @@ TEST_CASE("Workers: wrong types and ranges point at the value",
   CHECK(Error(head + "    replica: 2\n") ==
         "test.yaml:4:5: workers[0].replica: unknown key; allowed here: name, "
         "command, replicas, env, cwd, port_base, restart, backoff, "
-        "max_restarts, restart_window, min_uptime, stop_timeout, learner");
+        "max_restarts, restart_window, min_uptime, stop_timeout, learner, "
+        "channel");
   CHECK(Error(head + "    replicas: 1\n    replicas: 2\n") ==
         "test.yaml:5:5: workers[0].replicas: duplicate key, first at 4:5");
 }
@@ -1261,6 +1262,21 @@ TEST_CASE("unix_socket.mode is octal permissions the daemon can use") {
   CHECK(Error("unix_socket: {mode: \"0060\"}") ==
         "test.yaml:1:21: unix_socket.mode: \"0060\" leaves the daemon's own "
         "user without read and write; give it at least 0600");
+}
+
+}  // namespace
+}  // namespace aggregator
+
+namespace aggregator {
+namespace {
+
+TEST_CASE("workers[].channel is a bool, false by default") {
+  const std::string worker =
+      "workers:\n  - {name: w, command: [x], port_base: 9000, learner: true";
+  CHECK_FALSE(Parse(worker + "}\n").workers.at(0).channel);
+  CHECK(Parse(worker + ", channel: true}\n").workers.at(0).channel);
+  CHECK_THAT(Error(worker + ", channel: maybe}\n"),
+             Contains("workers[0].channel: expected true or false"));
 }
 
 }  // namespace

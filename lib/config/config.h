@@ -153,17 +153,22 @@ struct WorkerSpec {
   std::chrono::milliseconds stop_timeout{10000};
   // Each replica's 127.0.0.1:{port} joins the learner pool as "<name>-<index>".
   bool learner = false;
+  // Each replica runs with the worker channel (AGGREGATOR_WORKER_FD,
+  // proto/worker.proto). A learner worker then joins the pool when it
+  // announces its port there ("_listening"), at once, instead of being
+  // connected to (and refused) before it listens.
+  bool channel = false;
 
   // Every field but `replicas`: replicas of a worker whose fields are the same
   // can keep running when only the count changes.
   auto FieldsButReplicas() const {
     const auto& [name_, command_, replicas_, env_, cwd_, port_base_, restart_,
                  backoff_, max_restarts_, restart_window_, min_uptime_,
-                 stop_timeout_, learner_] = *this;
+                 stop_timeout_, learner_, channel_] = *this;
     (void)replicas_;
     return std::tie(name_, command_, env_, cwd_, port_base_, restart_, backoff_,
                     max_restarts_, restart_window_, min_uptime_, stop_timeout_,
-                    learner_);
+                    learner_, channel_);
   }
   bool operator==(const WorkerSpec& other) const {
     return replicas == other.replicas &&

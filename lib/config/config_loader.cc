@@ -570,6 +570,7 @@ class Parser {
              [&](const Field& f) {
                if (ReadBool(f, &spec->learner)) fields->learner = f;
              }},
+            {"channel", [&](const Field& f) { ReadBool(f, &spec->channel); }},
         });
   }
 

@@ -21,9 +21,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "lib/supervisor/worker_channel.h"
 #include "lib/workers/restart_policy.h"
 #include "lib/workers/worker_output.h"
 #include "lib/workers/worker_program.h"
+#include "proto/worker.pb.h"
 
 namespace aggregator {
 namespace {
@@ -39,6 +41,8 @@ constexpr size_t kReadBudget = 64 * 1024;
 constexpr size_t kDrainBudget = 1024 * 1024;
 // How long SIGKILLed processes get to be reaped once Shutdown's deadline has
 // passed before the manager gives up waiting on them.
+// Channel frames handled per wake-up of one replica, so none starves another.
+constexpr int kChannelBudget = 16;
 constexpr milliseconds kKillWait(5000);
 // Nothing is due: look again this often anyway, so no wait is unbounded.
 constexpr milliseconds kIdleWait(60000);
@@ -136,6 +140,10 @@ struct WorkerManager::Replica {
   // STARTING: when it counts as running. BACKOFF: when it restarts.
   TimePoint due{};
   AfterStop after_stop = AfterStop::kStay;
+  // channel: true: the daemon's end of the worker channel while it runs, and
+  // the port it announced on it (a learner worker joins the pool then).
+  std::unique_ptr<WorkerChannel> channel;
+  std::optional<int> announced_port;
   int restarts = 0;
   RestartHistory history;
   std::string last_error;
@@ -393,9 +401,24 @@ void WorkerManager::StartReplica(Worker& worker, Replica& replica) {
   absl::StatusOr<SubprocessOptions> options =
       ReplicaSubprocessOptions(spec, replica.index, options_.program_dirs);
   if (options.ok()) options->guard_program = options_.guard_program;
+  // The child's end of its channel, closed here once the child has it.
+  int child_end = -1;
+  if (options.ok() && spec.channel) {
+    auto pair = WorkerChannel::CreatePair();
+    if (pair.ok()) {
+      replica.channel = std::move(pair->first);
+      child_end = pair->second;
+      options->env.emplace_back(kWorkerFdEnv, std::to_string(kWorkerChildFd));
+      options->fds.emplace_back(child_end, kWorkerChildFd);
+    } else {
+      options = pair.status();
+    }
+  }
   absl::StatusOr<std::unique_ptr<Subprocess>> process =
       options.ok() ? Subprocess::Start(*options) : options.status();
+  if (child_end >= 0) close(child_end);
   if (!process.ok()) {
+    replica.channel.reset();
     const std::string what =
         absl::StrCat("cannot start: ", process.status().message());
     spdlog::error("worker {}: {}", replica.label, what);
@@ -573,7 +596,46 @@ void WorkerManager::ReadOutput(Replica& replica, bool from_stderr,
   }
 }
 
+void WorkerManager::ReadChannel(Replica& replica) {
+  for (int frames = 0; replica.channel != nullptr && frames < kChannelBudget;
+       ++frames) {
+    aggregator::v1::WorkerReply reply;
+    absl::StatusOr<bool> read = replica.channel->TryRead(&reply);
+    if (!read.ok()) {
+      // Its end of stream (it exits, or closed it) or a frame it garbled.
+      if (read.status().code() != absl::StatusCode::kOutOfRange) {
+        spdlog::warn("worker {}: channel: {}", replica.label,
+                     std::string(read.status().message()));
+      }
+      replica.channel.reset();
+      return;
+    }
+    if (!*read) return;
+    if (reply.method() == "_init" && reply.has_error()) {
+      replica.last_error =
+          absl::StrCat("init failed: ", reply.error().message());
+      spdlog::error("worker {}: {}", replica.label, replica.last_error);
+    } else if (reply.method() == "_listening") {
+      const auto& fields = reply.data().struct_value().fields();
+      const auto port = fields.find("port");
+      const double number =
+          port == fields.end() ? 0 : port->second.number_value();
+      if (number >= 1 && number <= 65535 &&
+          number == static_cast<int>(number)) {
+        replica.announced_port = static_cast<int>(number);
+        spdlog::info("worker {}: listening on port {} (announced)",
+                     replica.label, *replica.announced_port);
+      } else {
+        spdlog::warn("worker {}: channel: _listening without a valid port",
+                     replica.label);
+      }
+    }
+  }
+}
+
 void WorkerManager::CloseProcess(Replica& replica) {
+  replica.channel.reset();
+  replica.announced_port.reset();
   replica.output.Flush();
   replica.out_open = false;
   replica.err_open = false;
@@ -591,7 +653,7 @@ bool WorkerManager::AnyProcess() const {
 }
 
 void WorkerManager::PollOnce() {
-  enum class What { kWake, kStdout, kStderr, kExit };
+  enum class What { kWake, kStdout, kStderr, kChannel, kExit };
   struct Watch {
     What what;
     Worker* worker;
@@ -628,6 +690,10 @@ void WorkerManager::PollOnce() {
         fds.push_back({replica.process->stderr_fd(), POLLIN, 0});
         watches.push_back({What::kStderr, worker.get(), &replica});
       }
+      if (replica.channel != nullptr) {
+        fds.push_back({replica.channel->fd(), POLLIN, 0});
+        watches.push_back({What::kChannel, worker.get(), &replica});
+      }
       fds.push_back({replica.process->pidfd(), POLLIN, 0});
       watches.push_back({What::kExit, worker.get(), &replica});
     }
@@ -662,6 +728,8 @@ void WorkerManager::PollOnce() {
       }
     } else if (watch.what == What::kStdout || watch.what == What::kStderr) {
       ReadOutput(*watch.replica, watch.what == What::kStderr, kReadBudget);
+    } else if (watch.what == What::kChannel) {
+      ReadChannel(*watch.replica);
     }
   }
   // An exit may remove its replica: nothing below touches it afterwards.
@@ -699,9 +767,18 @@ bool WorkerManager::Publish(uint64_t handled_seq) {
     const WorkerSpec* spec = worker->spec.get();
     if (spec == nullptr || !spec->learner) continue;
     for (int index = 0; index < spec->replicas; ++index) {
-      endpoints.push_back(
-          {absl::StrCat(spec->name, "-", index),
-           HostPort::Tcp("127.0.0.1", spec->port_base + index)});
+      int port = spec->port_base + index;
+      if (spec->channel) {
+        // Only once it has said it listens, on the port it said.
+        auto replica = worker->replicas.find(index);
+        if (replica == worker->replicas.end() ||
+            !replica->second->announced_port) {
+          continue;
+        }
+        port = *replica->second->announced_port;
+      }
+      endpoints.push_back({absl::StrCat(spec->name, "-", index),
+                           HostPort::Tcp("127.0.0.1", port)});
     }
   }
   MutexLock lock(&mu_);

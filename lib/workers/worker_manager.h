@@ -125,7 +125,8 @@ class WorkerManager {
 
   // {"<name>-<index>", "127.0.0.1:<port_base + index>"} for every replica of
   // every learner worker, whatever its state (the learner pool tracks whether
-  // it answers), in spec order.
+  // it answers), in spec order; for a `channel` worker only while its process
+  // runs and once it has announced its port, which is the port used.
   std::vector<LearnerEndpoint> LearnerEndpoints() const;
 
   // Returns once the manager thread has handled every command sent and every
@@ -159,6 +160,8 @@ class WorkerManager {
   // Logs the complete lines available on one stream, reading at most
   // `budget` bytes.
   void ReadOutput(Replica& replica, bool from_stderr, size_t budget);
+  // Handles the frames available on a channel worker's channel.
+  void ReadChannel(Replica& replica);
   void CloseProcess(Replica& replica);
   bool AnyProcess() const;
   // Waits for the next event or due timer and handles what happened.
