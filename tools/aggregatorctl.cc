@@ -144,15 +144,26 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
               status.config_path().c_str(),
               static_cast<long long>(status.config_generation()),
               static_cast<long long>(status.uptime().seconds()));
-  std::printf("%-16s %-24s %-11s %8s %8s  %s\n", "LEARNER", "ADDRESS", "STATE",
-              "CALLS", "FAILURES", "LAST ERROR");
+  std::printf("%-16s %-24s %-11s %8s %8s %9s %-10s  %s\n", "LEARNER", "ADDRESS",
+              "STATE", "CALLS", "FAILURES", "LEARN ms", "PLANS", "LAST ERROR");
   for (const auto& learner : status.learners()) {
-    std::printf("%-16s %-24s %-11s %8lld %8lld  %s\n", learner.id().c_str(),
-                learner.address().c_str(),
+    // "out: why" goes in front of the last error: it is why it is out.
+    const std::string& standing = learner.standing();
+    const size_t colon = standing.find(':');
+    std::string plans = standing.substr(0, colon);
+    if (learner.straggler()) plans += ",slow";
+    std::string detail = learner.last_error();
+    if (colon != std::string::npos) {
+      detail =
+          standing.substr(colon + 2) + (detail.empty() ? "" : "; ") + detail;
+    }
+    std::printf("%-16s %-24s %-11s %8lld %8lld %9.1f %-10s  %s\n",
+                learner.id().c_str(), learner.address().c_str(),
                 StateName(pb::LearnerState_Name(learner.state())).c_str(),
                 static_cast<long long>(learner.calls()),
                 static_cast<long long>(learner.failures()),
-                learner.last_error().c_str());
+                learner.learn_ewma_ms(), plans.empty() ? "in" : plans.c_str(),
+                detail.c_str());
   }
   if (status.workers_size() > 0) {
     std::printf("\n%-16s %5s %8s %-10s %8s  %s\n", "WORKER", "INDEX", "PID",

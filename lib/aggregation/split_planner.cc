@@ -37,9 +37,10 @@ void PlanClaim::Consume() {
 SplitPlanner::SplitPlanner(size_t capacity)
     : prefix_(RandomPrefix()), capacity_(std::max<size_t>(1, capacity)) {}
 
-std::shared_ptr<const Plan> SplitPlanner::Record(
-    std::vector<PlanSlice> slices) {
+std::shared_ptr<const Plan> SplitPlanner::Record(std::vector<PlanSlice> slices,
+                                                 uint64_t generation) {
   auto plan = std::make_shared<Plan>();
+  plan->generation = generation;
   for (const PlanSlice& slice : slices) plan->total += slice.batch_size;
   plan->slices = std::move(slices);
   MutexLock lock(&mu_);

@@ -42,6 +42,8 @@ struct Plan {
   std::string id;
   std::vector<PlanSlice> slices;  // in learner order
   int64_t total = 0;
+  // The membership generation it was made at (lib/service/membership.h).
+  uint64_t generation = 0;
 };
 
 class SplitPlanner;
@@ -72,7 +74,8 @@ class SplitPlanner {
   explicit SplitPlanner(size_t capacity = kDefaultCapacity);
 
   // Records a plan; returns it with its new id.
-  std::shared_ptr<const Plan> Record(std::vector<PlanSlice> slices);
+  std::shared_ptr<const Plan> Record(std::vector<PlanSlice> slices,
+                                     uint64_t generation = 0);
 
   // Claims the plan a Learn names (empty: the newest plan).
   // FAILED_PRECONDITION, saying what to do, when no plan was made yet, or

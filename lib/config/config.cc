@@ -14,4 +14,8 @@ const char* RestartPolicyName(RestartPolicy policy) {
   return "on-failure";
 }
 
+const char* OnLearnerFailureName(OnLearnerFailure policy) {
+  return policy == OnLearnerFailure::kShrink ? "shrink" : "fail";
+}
+
 }  // namespace aggregator

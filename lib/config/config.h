@@ -197,6 +197,31 @@ struct MergeConfig {
   }
 };
 
+// on_learner_failure: what a learner's failed call does to the next plans.
+enum class OnLearnerFailure {
+  kFail,    // nothing: it stays in the plans while it is ready
+  kShrink,  // it leaves them until it is back (lib/service/membership.h)
+};
+
+// "fail", "shrink".
+const char* OnLearnerFailureName(OnLearnerFailure policy);
+
+// straggler: a learner whose Learn takes longer than `factor` times the
+// median of the others for `window` steps in a row is flagged.
+struct StragglerConfig {
+  double factor = 3.0;  // straggler.factor, > 1
+  int window = 5;       // straggler.window, >= 1
+  // straggler.action: kNone only flags it; kShrink also takes it out of the
+  // plans (as a failure would under shrink) until it is fast again.
+  enum class Action { kNone, kShrink };
+  Action action = Action::kNone;
+
+  bool operator==(const StragglerConfig& other) const {
+    return factor == other.factor && window == other.window &&
+           action == other.action;
+  }
+};
+
 // How the Learner service relays calls (lib/service/learner_service.h).
 struct ServiceConfig {
   // min_learners: ready learners needed before the daemon serves (and for
@@ -211,6 +236,8 @@ struct ServiceConfig {
   // that would pass it is refused with RESOURCE_EXHAUSTED. nullopt ("auto"):
   // a quarter of the memory the process may use (lib/base/memory_limit.h).
   std::optional<int64_t> max_inflight_bytes;
+  OnLearnerFailure on_learner_failure = OnLearnerFailure::kFail;
+  StragglerConfig straggler;
 };
 
 struct MetricsConfig {

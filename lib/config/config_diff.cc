@@ -146,7 +146,8 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   }
   DescribeLearners(running.learners, learners, &changes);
   DescribeWorkers(running.workers, workers, &changes);
-  const auto& [min_learners, call_timeout, merge, max_inflight_bytes] = service;
+  const auto& [min_learners, call_timeout, merge, max_inflight_bytes,
+               on_learner_failure, straggler] = service;
   Changed("min_learners", running.service.min_learners, min_learners, &changes);
   Changed("call_timeout", running.service.call_timeout, call_timeout, &changes);
   Changed("drain_timeout", running.drain_timeout, drain_timeout, &changes);
@@ -156,6 +157,11 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
         max_inflight_bytes ? absl::StrCat(*max_inflight_bytes) : "auto"));
   }
   if (running.connect != connect) changes.push_back("connect");
+  if (running.service.on_learner_failure != on_learner_failure) {
+    changes.push_back(absl::StrCat("on_learner_failure ",
+                                   OnLearnerFailureName(on_learner_failure)));
+  }
+  if (!(running.service.straggler == straggler)) changes.push_back("straggler");
   if (running.service.merge.homogeneous_keys != merge.homogeneous_keys) {
     changes.push_back("merge.homogeneous_keys");
   }

@@ -240,6 +240,12 @@ class Parser {
     ReadRoot(*root, config, &min_learners);
     CheckWorkers(config->workers);
     CheckAddressClashes(*config);
+    if (straggler_shrink_field_ &&
+        config->service.on_learner_failure != OnLearnerFailure::kShrink) {
+      Error(*straggler_shrink_field_,
+            "takes a straggler out of the plans as a failure would, which "
+            "needs on_learner_failure: shrink");
+    }
     if (min_learners) CheckMinLearners(*min_learners, *config);
     for (LearnerEndpoint& learner : config->learners) {
       if (!learner.tls) learner.tls = config->learner_tls;
@@ -425,6 +431,21 @@ class Parser {
                ReadBytes(f, kMinMessageBytes, kMaxMessageBytes,
                          "1KiB to 2GiB - 1", &config->max_message_bytes);
              }},
+            {"on_learner_failure",
+             [&](const Field& f) {
+               std::string text;
+               if (!ReadString(f, &text)) return;
+               if (text == "fail") {
+                 service.on_learner_failure = OnLearnerFailure::kFail;
+               } else if (text == "shrink") {
+                 service.on_learner_failure = OnLearnerFailure::kShrink;
+               } else {
+                 Error(f, absl::StrCat("expected fail or shrink, got ",
+                                       Quote(text)));
+               }
+             }},
+            {"straggler",
+             [&](const Field& f) { ReadStraggler(f, &service.straggler); }},
             {"max_inflight_bytes",
              [&](const Field& f) {
                if (f.node.IsScalar() && f.node.Scalar() == "auto") {
@@ -1128,6 +1149,43 @@ class Parser {
     return true;
   }
 
+  // straggler: {factor, window, action}.
+  void ReadStraggler(const Field& field, StragglerConfig* straggler) {
+    ReadMap(
+        field,
+        {
+            {"factor",
+             [&](const Field& f) {
+               double factor = 0;
+               if (!f.node.IsScalar() ||
+                   !absl::SimpleAtod(f.node.Scalar(), &factor) ||
+                   !(factor > 1) || factor > 1000) {
+                 Error(f, absl::StrCat("expected a number above 1 (and at "
+                                       "most 1000), got ",
+                                       Describe(f.node)));
+                 return;
+               }
+               straggler->factor = factor;
+             }},
+            {"window",
+             [&](const Field& f) { ReadInt(f, 1, 10000, &straggler->window); }},
+            {"action",
+             [&](const Field& f) {
+               std::string text;
+               if (!ReadString(f, &text)) return;
+               if (text == "none") {
+                 straggler->action = StragglerConfig::Action::kNone;
+               } else if (text == "shrink") {
+                 straggler->action = StragglerConfig::Action::kShrink;
+                 straggler_shrink_field_ = f;
+               } else {
+                 Error(f, absl::StrCat("expected none or shrink, got ",
+                                       Quote(text)));
+               }
+             }},
+        });
+  }
+
   // File permissions as an octal string of 3 or 4 digits, "0660"; at most
   // 0777 (no setuid, setgid or sticky bits).
   bool ReadFileMode(const Field& field, int* out) {
@@ -1269,6 +1327,8 @@ class Parser {
   // default).
   std::optional<Field> listen_field_;
   std::optional<Field> metrics_listen_field_;
+  // Where straggler.action: shrink was written.
+  std::optional<Field> straggler_shrink_field_;
   std::optional<Field> admin_listen_field_;
   // One per entry of config->learners: where a valid address was written.
   std::vector<std::optional<Field>> learner_address_fields_;

@@ -95,7 +95,18 @@ AggregatorMetrics::AggregatorMetrics()
       reloads_(prometheus::BuildCounter()
                    .Name("aggregator_reloads_total")
                    .Help("Configuration reloads, by result.")
-                   .Register(*registry_)) {
+                   .Register(*registry_)),
+      stragglers_(prometheus::BuildGauge()
+                      .Name("aggregator_learner_straggler")
+                      .Help("1 while a learner holds the steps back "
+                            "(straggler.factor x the others' median for "
+                            "straggler.window steps).")
+                      .Register(*registry_)),
+      membership_generation_(
+          prometheus::BuildGauge()
+              .Name("aggregator_membership_generation")
+              .Help("Changes of the set of learners plans are split over.")
+              .Register(*registry_)) {
   prometheus::BuildGauge()
       .Name("aggregator_build_info")
       .Help("Always 1; the version of aggregatord that serves.")
@@ -139,6 +150,14 @@ void AggregatorMetrics::Forwarded(const std::string& learner, double bytes) {
 
 void AggregatorMetrics::Reloaded(bool ok) {
   reloads_.Add({{"result", ok ? "ok" : "failed"}}).Increment();
+}
+
+void AggregatorMetrics::SetStraggler(const std::string& learner, bool flagged) {
+  stragglers_.Add({{"learner", learner}}).Set(flagged ? 1 : 0);
+}
+
+void AggregatorMetrics::SetMembershipGeneration(double generation) {
+  membership_generation_.Add({}).Set(generation);
 }
 
 void AggregatorMetrics::SetLearners(const std::string& state, double count) {

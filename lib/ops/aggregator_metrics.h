@@ -50,6 +50,10 @@ class AggregatorMetrics {
   // Current figures, set by a collector before each scrape.
   void SetLearners(const std::string& state, double count);
   void SetWorkerRestarts(const std::string& worker, int index, double restarts);
+  // 1 while `learner` is flagged as a straggler, else 0.
+  void SetStraggler(const std::string& learner, bool flagged);
+  // The membership generation (lib/service/membership.h).
+  void SetMembershipGeneration(double generation);
 
  private:
   class Collecting;
@@ -64,6 +68,8 @@ class AggregatorMetrics {
   prometheus::Family<prometheus::Gauge>& learners_;
   prometheus::Family<prometheus::Counter>& worker_restarts_;
   prometheus::Family<prometheus::Counter>& reloads_;
+  prometheus::Family<prometheus::Gauge>& stragglers_;
+  prometheus::Family<prometheus::Gauge>& membership_generation_;
 };
 
 }  // namespace aggregator

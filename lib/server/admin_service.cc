@@ -48,6 +48,12 @@ void ToProto(const ServerStatus& status, pb::AggregatorStatus* out) {
     entry->set_last_error(learner.last_error);
     entry->set_calls(learner.calls);
     entry->set_failures(learner.failures);
+    const auto plan = status.plans.find(learner.id);
+    const LearnerPlanStatus standing =
+        plan == status.plans.end() ? LearnerPlanStatus{} : plan->second;
+    entry->set_standing(standing.standing);
+    entry->set_straggler(standing.straggler);
+    entry->set_learn_ewma_ms(standing.learn_ewma_ms);
   }
   for (const WorkerSnapshot& worker : status.workers) {
     pb::WorkerStatus* entry = out->add_workers();

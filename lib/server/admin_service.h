@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,17 @@
 namespace aggregator {
 
 // What GetStatus reports, as the server knows it.
+// What the Learner service knows of a learner beyond the pool's view.
+struct LearnerPlanStatus {
+  std::string standing = "in";  // "in", "rejoining", "out: <why>"
+  bool straggler = false;
+  double learn_ewma_ms = 0;
+};
+
 struct ServerStatus {
   std::vector<LearnerSnapshot> learners;
+  // By learner id; absent: in, no Learn yet.
+  std::map<std::string, LearnerPlanStatus> plans;
   std::vector<WorkerSnapshot> workers;
   std::string config_path;
   int64_t config_generation = 0;

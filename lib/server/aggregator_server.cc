@@ -324,6 +324,15 @@ void AggregatorServer::OnReadyChange(size_t ready, size_t total) {
 ServerStatus AggregatorServer::Status() const {
   ServerStatus status;
   status.learners = pool_->Status();
+  for (const auto& [id, standing] : learner_service_->Standings()) {
+    status.plans[id].standing =
+        absl::StrCat(StandingName(standing.state),
+                     standing.why.empty() ? "" : ": ", standing.why);
+  }
+  for (const auto& [id, times] : learner_service_->LearnTimes()) {
+    status.plans[id].straggler = times.flagged;
+    status.plans[id].learn_ewma_ms = times.ewma_seconds * 1000;
+  }
   status.workers = workers_->Status();
   status.config_path = config().source;
   status.config_generation = generation_.load();
@@ -344,6 +353,8 @@ void AggregatorServer::CollectMetrics() {
   for (const auto& worker : workers_->Status()) {
     metrics_.SetWorkerRestarts(worker.name, worker.index, worker.restarts);
   }
+  metrics_.SetMembershipGeneration(
+      static_cast<double>(learner_service_->membership_generation()));
 }
 
 absl::StatusOr<ReloadResult> AggregatorServer::Reload(

@@ -83,6 +83,7 @@ class AggregatorServer {
   std::string admin_address() const;
   LearnerPool& pool() { return *pool_; }
   WorkerManager& workers() { return *workers_; }
+  LearnerService& learner_service() { return *learner_service_; }
   AggregatorMetrics& metrics() { return metrics_; }
   // Calls are served: min_learners, and at least one, are ready (what health
   // says).

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/aggregation/raw_batch.h"
 #include "lib/learners/call_path.h"
@@ -88,6 +89,7 @@ void LearnerService::SetConfig(const ServiceConfig& config) {
   auto settings = std::make_shared<const Settings>(
       Settings{config, InfoMerger(config.merge),
                config.max_inflight_bytes.value_or(memory_.bytes / 4)});
+  membership_.SetPolicy(config.on_learner_failure);
   MutexLock lock(&mu_);
   settings_ = std::move(settings);
 }
@@ -112,17 +114,39 @@ std::shared_ptr<const LearnerService::Settings> LearnerService::settings()
   return settings_;
 }
 
-absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
-    const char* method, const Settings& settings) const {
-  std::vector<LearnerHandle> ready = pool_->Ready();
+absl::Status LearnerService::CheckEnough(const char* method,
+                                         const Settings& settings,
+                                         size_t count) const {
   const size_t needed =
       static_cast<size_t>(std::max(1, settings.config.min_learners));
-  if (ready.size() >= needed) return ready;
-  const std::string not_ready = pool_->DescribeNotReady();
+  if (count >= needed) return absl::OkStatus();
+  std::string why = pool_->DescribeNotReady();
+  for (const auto& [id, standing] : membership_.Standings()) {
+    absl::StrAppend(&why, why.empty() ? "" : "; ", id, " ",
+                    StandingName(standing.state),
+                    standing.why.empty() ? "" : ": ", standing.why);
+  }
   return absl::UnavailableError(absl::StrCat(
-      method, ": ", ready.size(), " of ", pool_->size(), " learner(s) ready, ",
-      needed, " needed (min_learners ", settings.config.min_learners, ")",
-      not_ready.empty() ? "" : ": ", not_ready));
+      method, ": ", count, " of ", pool_->size(), " learner(s) ready",
+      membership_.policy() == OnLearnerFailure::kShrink ? " and in the plans"
+                                                        : "",
+      ", ", needed, " needed (min_learners ", settings.config.min_learners, ")",
+      why.empty() ? "" : ": ", why));
+}
+
+absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
+    const char* method, const Settings& settings) {
+  Membership::View view = membership_.Select(pool_->Ready());
+  // Those awaiting the task's replay count: they join at the next GetData.
+  std::vector<LearnerHandle> learners = std::move(view.members);
+  for (LearnerHandle& learner : view.to_replay) {
+    learners.push_back(std::move(learner));
+  }
+  if (absl::Status enough = CheckEnough(method, settings, learners.size());
+      !enough.ok()) {
+    return enough;
+  }
+  return learners;
 }
 
 template <typename Request, typename Reply>
@@ -139,9 +163,14 @@ grpc::Status LearnerService::Summarize(
     }
     if (call.status.ok()) continue;
     if (code == grpc::StatusCode::OK) code = call.status.error_code();
-    failures.push_back(absl::StrCat(call.learner.Name(), ": ",
-                                    CodeName(call.status.error_code()), ": ",
-                                    call.status.error_message()));
+    const std::string failure = absl::StrCat(CodeName(call.status.error_code()),
+                                             ": ", call.status.error_message());
+    failures.push_back(absl::StrCat(call.learner.Name(), ": ", failure));
+    // The caller's own doing says nothing about the learner.
+    if (call.status.error_code() != grpc::StatusCode::CANCELLED &&
+        call.status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
+      MarkFailed(call.learner, absl::StrCat(method, " failed: ", failure));
+    }
   }
   if (failures.empty()) return grpc::Status::OK;
   const std::string message =
@@ -215,24 +244,78 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
     const char* method, grpc::CallbackServerContext* context,
     const Request& request, StartCall<Request, Reply> start,
     std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
-  const auto started = std::chrono::steady_clock::now();
-  auto* reactor = context->DefaultReactor();
-  std::string call_path;
-  if (!Enter(context, reactor, method, &call_path)) return reactor;
-  auto settings = this->settings();
-  auto learners = ReadyLearners(method, *settings);
+  Call call{method,
+            context,
+            context->DefaultReactor(),
+            std::chrono::steady_clock::now(),
+            nullptr,
+            ""};
+  if (!Enter(context, call.reactor, method, &call.path)) return call.reactor;
+  call.settings = this->settings();
+  auto learners = ReadyLearners(method, *call.settings);
   if (!learners.ok()) {
-    Finish(reactor, method, started, ToGrpc(learners.status()));
-    return reactor;
+    Finish(call.reactor, method, call.started, ToGrpc(learners.status()));
+    return call.reactor;
   }
-  FanOut<Request, Reply>(
-      context, settings->config.call_timeout, call_path, std::move(*learners),
-      {request}, start,
-      [this, method, reactor, started, merge = std::move(merge)](auto& calls) {
-        grpc::Status status = Summarize(method, calls);
-        Finish(reactor, method, started, status.ok() ? merge(calls) : status);
-      });
-  return reactor;
+  RelayTo<Request, Reply>(call, *std::move(learners), request, start,
+                          std::move(merge));
+  return call.reactor;
+}
+
+template <typename Request, typename Reply>
+void LearnerService::RelayTo(
+    const Call& call, std::vector<LearnerHandle> learners,
+    const Request& request, StartCall<Request, Reply> start,
+    std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
+  FanOut<Request, Reply>(call.context, call.settings->config.call_timeout,
+                         call.path, std::move(learners), {request}, start,
+                         [this, call, merge = std::move(merge)](auto& calls) {
+                           grpc::Status status = Summarize(call.method, calls);
+                           Finish(call.reactor, call.method, call.started,
+                                  status.ok() ? merge(calls) : status);
+                         });
+}
+
+void LearnerService::WatchStragglers(
+    const LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
+    const Settings& settings) {
+  std::vector<std::pair<std::string, double>> seconds;
+  for (const auto& call : calls) {
+    if (!call.status.ok()) return;  // a failure is not a slow step
+    seconds.emplace_back(
+        call.learner.id,
+        std::chrono::duration<double>(call.finished - call.started).count());
+  }
+  const StragglerConfig& straggler = settings.config.straggler;
+  for (const StragglerWatch::Change& change :
+       stragglers_.Observe(straggler, seconds)) {
+    if (metrics_ != nullptr) metrics_->SetStraggler(change.id, change.flagged);
+    const LearnerHandle* learner = nullptr;
+    for (const auto& call : calls) {
+      if (call.learner.id == change.id) learner = &call.learner;
+    }
+    if (!change.flagged) {
+      spdlog::info("learner {} is no longer a straggler ({:.1f}x the others)",
+                   learner->Name(), change.ratio);
+      continue;
+    }
+    const std::string why = absl::StrFormat(
+        "straggler: its Learn took over %.1fx the median of the others' for "
+        "%d steps (%.1fx on the last)",
+        straggler.factor, straggler.window, change.ratio);
+    spdlog::warn("learner {} holds the steps back: {}", learner->Name(), why);
+    if (straggler.action == StragglerConfig::Action::kShrink) {
+      MarkFailed(*learner, why);
+    }
+  }
+}
+
+void LearnerService::MarkFailed(const LearnerHandle& learner,
+                                const std::string& why) {
+  if (membership_.policy() != OnLearnerFailure::kShrink) return;
+  membership_.Failed(learner, why);
+  spdlog::warn("learner {} leaves the plans (on_learner_failure: shrink): {}",
+               learner.Name(), why);
 }
 
 grpc::ServerUnaryReactor* LearnerService::GetResource(
@@ -263,17 +346,24 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
   return reactor;
 }
 
+void LearnerService::StartTaskCall(const LearnerHandle& l,
+                                   grpc::ClientContext* c,
+                                   const pb::StartTaskRequest* r,
+                                   pb::StartTaskReply* p,
+                                   std::function<void(grpc::Status)> f) {
+  l.stub->async()->StartTask(c, r, p, std::move(f));
+}
+
 grpc::ServerUnaryReactor* LearnerService::StartTask(
     grpc::CallbackServerContext* context, const pb::StartTaskRequest* request,
     pb::StartTaskReply* reply) {
   return Relay<pb::StartTaskRequest, pb::StartTaskReply>(
-      "StartTask", context, *request,
-      [](const LearnerHandle& l, grpc::ClientContext* c,
-         const pb::StartTaskRequest* r, pb::StartTaskReply* p,
-         std::function<void(grpc::Status)> f) {
-        l.stub->async()->StartTask(c, r, p, std::move(f));
-      },
-      [reply](auto& calls) {
+      "StartTask", context, *request, &StartTaskCall,
+      [this, task = *request, reply](auto& calls) {
+        // Replayed to learners that join while the task is open.
+        std::vector<LearnerHandle> started;
+        for (const auto& call : calls) started.push_back(call.learner);
+        membership_.TaskStarted(task, started);
         reply->set_message(
             absl::StrCat("task started on ", calls.size(), " learner(s)"));
         return grpc::Status::OK;
@@ -283,14 +373,64 @@ grpc::ServerUnaryReactor* LearnerService::StartTask(
 grpc::ServerUnaryReactor* LearnerService::GetData(
     grpc::CallbackServerContext* context, const pb::GetDataRequest* request,
     pb::DataDemand* reply) {
-  return Relay<pb::GetDataRequest, pb::DataDemand>(
-      "GetData", context, *request,
+  Call call{"GetData",
+            context,
+            context->DefaultReactor(),
+            std::chrono::steady_clock::now(),
+            nullptr,
+            ""};
+  if (!Enter(context, call.reactor, call.method, &call.path)) {
+    return call.reactor;
+  }
+  call.settings = this->settings();
+  Membership::View view = membership_.Select(pool_->Ready());
+  if (view.to_replay.empty()) {
+    PlanGetData(call, std::move(view), *request, reply);
+    return call.reactor;
+  }
+  // Learners that join while a task is open get it first; those whose replay
+  // fails stay out of this plan (and the next, until they are tried again).
+  FanOut<pb::StartTaskRequest, pb::StartTaskReply>(
+      context, call.settings->config.call_timeout, call.path, view.to_replay,
+      {*view.task}, &StartTaskCall,
+      [this, call, request = *request, reply](auto& calls) {
+        for (const auto& replay : calls) {
+          pool_->RecordCall(replay.learner, replay.status);
+          if (replay.status.ok()) {
+            membership_.Rejoined(replay.learner);
+            spdlog::info("learner {} rejoins the plans: the task was replayed",
+                         replay.learner.Name());
+          } else {
+            MarkFailed(replay.learner,
+                       absl::StrCat("StartTask replay failed: ",
+                                    CodeName(replay.status.error_code()), ": ",
+                                    replay.status.error_message()));
+          }
+        }
+        PlanGetData(call, membership_.Select(pool_->Ready()), request, reply);
+      });
+  return call.reactor;
+}
+
+void LearnerService::PlanGetData(const Call& call, Membership::View view,
+                                 const pb::GetDataRequest& request,
+                                 pb::DataDemand* reply) {
+  if (absl::Status enough =
+          CheckEnough(call.method, *call.settings, view.members.size());
+      !enough.ok()) {
+    Finish(call.reactor, call.method, call.started, ToGrpc(enough));
+    return;
+  }
+  const uint64_t generation = view.generation;
+  auto membership = std::make_shared<pb::Membership>(Membership::ToProto(view));
+  RelayTo<pb::GetDataRequest, pb::DataDemand>(
+      call, std::move(view.members), request,
       [](const LearnerHandle& l, grpc::ClientContext* c,
          const pb::GetDataRequest* r, pb::DataDemand* p,
          std::function<void(grpc::Status)> f) {
         l.stub->async()->GetData(c, r, p, std::move(f));
       },
-      [this, reply](auto& calls) {
+      [this, reply, generation, membership](auto& calls) {
         std::vector<PlanSlice> slices;
         const auto& first = calls.front();
         for (const auto& call : calls) {
@@ -316,9 +456,10 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
                                      demand.batch_size(), demand.plan_id()});
         }
         *reply = std::move(calls.front().reply);
-        auto plan = planner_.Record(std::move(slices));
+        auto plan = planner_.Record(std::move(slices), generation);
         reply->set_batch_size(plan->total);
         reply->set_plan_id(plan->id);
+        *reply->mutable_membership() = *membership;
         return grpc::Status::OK;
       });
 }
@@ -368,13 +509,27 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
   }
   auto parts = batch->Cut(counts, plan_ids);
   if (!parts.ok()) return fail(ToGrpc(parts.status()));
+  // Each slice says which learners train this step (appended: a field of
+  // LearnRequest may come in any order).
+  pb::LearnRequest stamp;
+  stamp.mutable_membership()->set_generation(plan.generation);
+  for (const PlanSlice& slice : plan.slices) {
+    stamp.mutable_membership()->add_members(slice.learner_id);
+  }
+  const std::string membership = stamp.SerializeAsString();
   std::vector<grpc::ByteBuffer> requests;
   for (size_t i = 0; i < parts->size(); ++i) {
     if (metrics_ != nullptr) {
       metrics_->Forwarded((*learners)[i].id,
                           static_cast<double>((*parts)[i].sample_bytes));
     }
-    requests.push_back(std::move((*parts)[i].request));
+    std::vector<grpc::Slice> slices;
+    if (!(*parts)[i].request.Dump(&slices).ok()) {
+      return fail(grpc::Status(grpc::StatusCode::INTERNAL,
+                               "Learn: cannot read a slice of the batch"));
+    }
+    slices.emplace_back(membership.data(), membership.size());
+    requests.emplace_back(slices.data(), slices.size());
   }
   // The claim lives until the learners have answered: consumed if they all
   // trained (even if their answers cannot be merged), given back otherwise.
@@ -391,6 +546,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
       [this, reactor, reply, settings, started, held,
        lease = std::shared_ptr<InflightBudget::Lease>(*std::move(lease)),
        counts = std::move(counts)](auto& calls) {
+        WatchStragglers(calls, *settings);
         // Once every learner has trained, a retry of the plan would train them
         // twice, whatever became of their answers: the plan is used.
         const bool trained =
@@ -483,6 +639,8 @@ grpc::Status LearnerService::MergeLearn(
 grpc::ServerUnaryReactor* LearnerService::CloseTask(
     grpc::CallbackServerContext* context, const pb::CloseTaskRequest* request,
     pb::CloseTaskReply* reply) {
+  // Learners that join from now on get no task replayed.
+  membership_.TaskClosed();
   return Relay<pb::CloseTaskRequest, pb::CloseTaskReply>(
       "CloseTask", context, *request,
       [](const LearnerHandle& l, grpc::ClientContext* c,

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,8 @@
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/service/inflight_budget.h"
+#include "lib/service/membership.h"
+#include "lib/service/straggler_watch.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
@@ -69,6 +72,16 @@ class LearnerService final
   // The max_inflight_bytes in force (a figure for "auto" too), and why.
   int64_t max_inflight_bytes() const;
   std::string DescribeInflightLimit() const;
+
+  // Learners not simply in the plans, and why (lib/service/membership.h).
+  std::map<std::string, LearnerStanding> Standings() const {
+    return membership_.Standings();
+  }
+  // Each learner's Learn time and straggler flag.
+  std::map<std::string, StragglerWatch::Learner> LearnTimes() const {
+    return stragglers_.Learners();
+  }
+  uint64_t membership_generation() const { return membership_.generation(); }
 
   // From now on new calls fail with UNAVAILABLE; calls in flight go on.
   void StartDraining();
@@ -102,16 +115,52 @@ class LearnerService final
     int64_t max_inflight_bytes;  // "auto" resolved
   };
   std::shared_ptr<const Settings> settings() const;
-  // The ready learners, or UNAVAILABLE when fewer than min_learners (and at
-  // least one) are ready.
+  // An incoming call being relayed.
+  struct Call {
+    const char* method;
+    grpc::CallbackServerContext* context;
+    grpc::ServerUnaryReactor* reactor;
+    std::chrono::steady_clock::time_point started;
+    std::shared_ptr<const Settings> settings;
+    std::string path;  // the call path its calls to learners carry
+  };
+  // The learners a call goes to (members, and those the task will be
+  // replayed to), or UNAVAILABLE when fewer than min_learners (and at least
+  // one) are.
   absl::StatusOr<std::vector<LearnerHandle>> ReadyLearners(
-      const char* method, const Settings& settings) const;
+      const char* method, const Settings& settings);
+  // UNAVAILABLE, saying who is missing and why, when `count` learners are
+  // fewer than the call needs.
+  absl::Status CheckEnough(const char* method, const Settings& settings,
+                           size_t count) const;
+  // Feeds a Learn's per-learner times to the straggler watch, logging (and
+  // under straggler.action: shrink acting on) what it flags.
+  void WatchStragglers(
+      const LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
+      const Settings& settings);
+  // on_learner_failure: shrink: `learner` leaves the plans, logged.
+  void MarkFailed(const LearnerHandle& learner, const std::string& why);
+  static void StartTaskCall(const LearnerHandle& learner,
+                            grpc::ClientContext* context,
+                            const aggregator::v1::StartTaskRequest* request,
+                            aggregator::v1::StartTaskReply* reply,
+                            std::function<void(grpc::Status)> done);
+  // GetData over the view's members; records the plan.
+  void PlanGetData(const Call& call, Membership::View view,
+                   const aggregator::v1::GetDataRequest& request,
+                   aggregator::v1::DataDemand* reply);
 
   // Fans `request` out to the ready learners; when all succeeded, `merge` fills
   // the reply and its status finishes the call.
   template <typename Request, typename Reply>
   grpc::ServerUnaryReactor* Relay(
       const char* method, grpc::CallbackServerContext* context,
+      const Request& request, StartCall<Request, Reply> start,
+      std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge);
+  // The same to `learners`, for a call already entered.
+  template <typename Request, typename Reply>
+  void RelayTo(
+      const Call& call, std::vector<LearnerHandle> learners,
       const Request& request, StartCall<Request, Reply> start,
       std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge);
 
@@ -145,6 +194,8 @@ class LearnerService final
   const std::string aggregator_id_;
   const int64_t max_reply_bytes_;
   SplitPlanner planner_;
+  Membership membership_;
+  StragglerWatch stragglers_;
   const MemoryLimit memory_;  // what "auto" is a quarter of
   InflightBudget inflight_;   // the Learn batches in flight
   mutable Mutex mu_;

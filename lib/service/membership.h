@@ -1,0 +1,110 @@
+// Membership: which of the ready learners take part in the plans, under
+// on_learner_failure (lib/config/config.h).
+//
+// With `fail` (the default) every ready learner is a member, as before. With
+// `shrink`:
+// - a learner whose call fails leaves the plans at once (out: why), and comes
+//   back when it has reconnected or, if it stayed connected, after a delay
+//   that doubles while it keeps failing;
+// - while a task is open (StartTask succeeded, no CloseTask since), a learner
+//   that joins (new, reconnected, or back from out) first gets the task's
+//   StartTask replayed: it is "rejoining" until then, and stays out if the
+//   replay fails;
+// - every change of the member set bumps `generation`, which GetData and
+//   Learn carry to the learners (proto Membership), so learners training
+//   data-parallel can re-form their group.
+//
+// Thread-safety: all methods may be called concurrently.
+#ifndef LIB_SERVICE_MEMBERSHIP_H_
+#define LIB_SERVICE_MEMBERSHIP_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "lib/base/mutex.h"
+#include "lib/config/config.h"
+#include "lib/learners/learner_pool.h"
+#include "proto/learner.pb.h"
+
+namespace aggregator {
+
+// A learner's standing, for status.
+struct LearnerStanding {
+  enum State { kIn, kOut, kRejoining };
+  State state = kIn;
+  std::string why;  // kOut: the failure that put it out
+};
+
+// "in", "out", "rejoining".
+const char* StandingName(LearnerStanding::State state);
+
+class Membership {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // The members among the ready learners, and those to replay the task to
+  // before they join.
+  struct View {
+    std::vector<LearnerHandle> members;
+    std::vector<LearnerHandle> to_replay;
+    std::optional<aggregator::v1::StartTaskRequest> task;  // set with to_replay
+    uint64_t generation = 0;
+  };
+
+  // The delay before a learner that failed while staying connected is tried
+  // again (doubling to `max_retry` while it keeps failing).
+  explicit Membership(
+      std::chrono::milliseconds first_retry = std::chrono::milliseconds(1000),
+      std::chrono::milliseconds max_retry = std::chrono::milliseconds(30000));
+
+  void SetPolicy(OnLearnerFailure policy);
+  OnLearnerFailure policy() const;
+
+  // `ready` in pool order. Bumps the generation when the members changed.
+  View Select(const std::vector<LearnerHandle>& ready);
+
+  // shrink: `learner` leaves the plans; `why` says what failed.
+  void Failed(const LearnerHandle& learner, const std::string& why);
+  // The task was replayed to it: a member from now on.
+  void Rejoined(const LearnerHandle& learner);
+
+  // StartTask succeeded on `started` (the task is replayed to learners that
+  // join later) / CloseTask.
+  void TaskStarted(const aggregator::v1::StartTaskRequest& request,
+                   const std::vector<LearnerHandle>& started);
+  void TaskClosed();
+
+  uint64_t generation() const;
+  // The standing of each learner id that is not simply in (absent: in).
+  std::map<std::string, LearnerStanding> Standings() const;
+
+  // The members as Learn and GetData replies carry them.
+  static aggregator::v1::Membership ToProto(const View& view);
+
+ private:
+  struct Entry {
+    uint64_t epoch = 0;  // the connection it is known at
+    LearnerStanding standing;
+    Clock::time_point retry_at{};
+    std::chrono::milliseconds retry_delay{0};
+    bool has_task = false;  // replayed (or started) at this epoch
+  };
+
+  const std::chrono::milliseconds first_retry_;
+  const std::chrono::milliseconds max_retry_;
+  mutable Mutex mu_;
+  OnLearnerFailure policy_ ABSL_GUARDED_BY(mu_) = OnLearnerFailure::kFail;
+  std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::optional<aggregator::v1::StartTaskRequest> task_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> last_members_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_SERVICE_MEMBERSHIP_H_

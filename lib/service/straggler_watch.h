@@ -1,0 +1,56 @@
+// StragglerWatch: which learner holds the steps back. After each Learn on
+// which every learner answered, each learner's time is compared with the
+// median of the others' times on that step; a learner slower than
+// straggler.factor times that median for straggler.window steps in a row is
+// flagged (once per episode), and unflagged on the first step it is not.
+// Each learner's time is also kept as an exponentially weighted average, for
+// status.
+//
+// Thread-safety: all methods may be called concurrently.
+#ifndef LIB_SERVICE_STRAGGLER_WATCH_H_
+#define LIB_SERVICE_STRAGGLER_WATCH_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "lib/base/mutex.h"
+#include "lib/config/config.h"
+
+namespace aggregator {
+
+class StragglerWatch {
+ public:
+  // A learner whose flag changed with this step.
+  struct Change {
+    std::string id;
+    bool flagged;
+    double ratio;  // its time over the median of the others' this step
+  };
+  struct Learner {
+    double ewma_seconds = 0;
+    bool flagged = false;
+  };
+
+  // One step: each learner's Learn time in seconds. Steps of a single learner
+  // (nothing to compare with) change nothing.
+  std::vector<Change> Observe(
+      const StragglerConfig& config,
+      const std::vector<std::pair<std::string, double>>& seconds);
+
+  std::map<std::string, Learner> Learners() const;
+
+ private:
+  struct State {
+    Learner learner;
+    int slow_steps = 0;  // in a row
+  };
+  mutable Mutex mu_;
+  std::map<std::string, State> states_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_SERVICE_STRAGGLER_WATCH_H_

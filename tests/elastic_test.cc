@@ -1,0 +1,194 @@
+// on_learner_failure: shrink (issue 14): training goes on with the learners
+// that are left, a restarted learner gets the task replayed and rejoins, and
+// the membership generation tells the learners each time the set changed.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "google/protobuf/struct.pb.h"
+#include "tests/test_cluster.h"
+
+using namespace aggregator::testing;
+using aggregator::AggregatorConfig;
+using aggregator::OnLearnerFailure;
+using aggregator::WorkerSpec;
+namespace pb = aggregator::v1;
+
+namespace {
+
+// The first of `count` consecutive loopback ports nobody listens on.
+int FreePortRange(int count) {
+  // Starting at a port the kernel picked: tests running at once (in PID
+  // namespaces, so with the same pids) do not all try the same range.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int base = ClosedPort();
+    if (base + count > 65535) continue;
+    bool free = true;
+    for (int port = base; free && port < base + count; ++port) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(port);
+      free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      close(fd);
+    }
+    if (free) return base;
+  }
+  FAIL("no free port range");
+  return 0;
+}
+
+AggregatorConfig ShrinkingWorkers(int replicas) {
+  AggregatorConfig config = FastConfig({}, replicas - 1);
+  config.service.on_learner_failure = OnLearnerFailure::kShrink;
+  config.service.call_timeout = milliseconds(5000);
+  WorkerSpec worker;
+  worker.name = "learner";
+  worker.command = {"tools/example_learner", "--listen", "127.0.0.1:{port}",
+                    "--batch-size", "8"};
+  worker.replicas = replicas;
+  worker.port_base = FreePortRange(replicas);
+  worker.learner = true;
+  worker.backoff = aggregator::BackoffOptions{milliseconds(200), 2.0, 0.0,
+                                              milliseconds(200)};
+  worker.min_uptime = milliseconds(100);
+  worker.stop_timeout = milliseconds(2000);
+  config.workers = {worker};
+  return config;
+}
+
+std::vector<std::string> ReplayIds(const pb::LearnReply& reply) {
+  std::vector<std::string> ids;
+  const auto& fields = reply.info().fields();
+  const auto priority = fields.find("priority_info");
+  if (priority == fields.end()) return ids;
+  const auto& inner = priority->second.struct_value().fields();
+  const auto list = inner.find("replay_unique_id");
+  if (list == inner.end()) return ids;
+  for (const auto& value : list->second.list_value().values()) {
+    ids.push_back(value.string_value());
+  }
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "shrink: a killed learner leaves the plans, training goes on over the "
+    "rest, and it rejoins with the task replayed") {
+  auto server = StartAggregator(ShrinkingWorkers(4));
+  REQUIRE(Eventually([&] { return server->pool().ReadyCount() == 4; },
+                     milliseconds(15000)));
+  auto stub = LearnerStub(server->address());
+  pb::StartTaskRequest task;
+  (*task.mutable_task_info()->mutable_fields())["task_id"].set_string_value(
+      "elastic");
+  pb::StartTaskReply started;
+  REQUIRE(stub->StartTask(Deadline().get(), task, &started).ok());
+
+  int ok_steps = 0;
+  std::vector<std::string> failures;
+  std::set<size_t> member_counts;
+  std::set<uint64_t> generations;
+  bool killed = false;
+  bool rejoined = false;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (int step = 0; (step < 300 || !rejoined) && Clock::now() < deadline;
+       ++step) {
+    if (step == 100) {
+      int pid = 0;
+      for (const auto& worker : server->workers().Status()) {
+        if (worker.index == 0) pid = worker.pid;
+      }
+      REQUIRE(pid > 0);
+      REQUIRE(kill(-pid, SIGKILL) == 0);  // its whole process group
+      killed = true;
+    }
+    pb::DataDemand demand;
+    grpc::Status status = stub->GetData(Deadline().get(), {}, &demand);
+    if (!status.ok()) {
+      failures.push_back("GetData: " + status.error_message());
+      continue;
+    }
+    const size_t members = demand.membership().members_size();
+    member_counts.insert(members);
+    generations.insert(demand.membership().generation());
+    CHECK(demand.batch_size() == static_cast<int64_t>(8 * members));
+    if (killed && members == 4) rejoined = true;
+    const std::string prefix = "s" + std::to_string(step) + "-";
+    pb::LearnRequest batch =
+        Batch(static_cast<int>(demand.batch_size()), prefix);
+    batch.set_plan_id(demand.plan_id());
+    pb::LearnReply reply;
+    status = stub->Learn(Deadline().get(), batch, &reply);
+    if (!status.ok()) {
+      failures.push_back("Learn: " + status.error_message());
+      continue;
+    }
+    ++ok_steps;
+    // Every successful step: the merged ids are the samples sent, in order,
+    // and every learner (learner-0 after its restart too) has the task.
+    REQUIRE(ReplayIds(reply) ==
+            Ids(prefix, 0, static_cast<int>(demand.batch_size())));
+    REQUIRE(reply.task_id() == "elastic");
+  }
+  INFO(Catch::rangeToString(failures));
+  CHECK(rejoined);
+  CHECK(ok_steps + static_cast<int>(failures.size()) >= 300);
+  // Over 4, then 3 while learner-0 is down, then 4 again.
+  CHECK(member_counts == std::set<size_t>{3, 4});
+  CHECK(generations.size() >= 3);
+  // Only a step that straddled the kill may fail, and it names learner-0.
+  CHECK(failures.size() <= 1);
+  for (const std::string& failure : failures) {
+    CHECK_THAT(failure, Catch::Contains("learner-0"));
+  }
+  CHECK(server->learner_service().Standings().empty());
+}
+
+TEST_CASE(
+    "shrink: a failing learner is out of the next plan and of GetResource; "
+    "below min_learners calls say who is out and why") {
+  auto learner_a = StartLearner();
+  aggregator::ExampleLearnerOptions failing;
+  failing.fail_on = "GetData";
+  auto learner_b = StartLearner(failing);
+  auto learner_c = StartLearner();
+  AggregatorConfig config = FastConfig(
+      {Endpoint("a", learner_a->address), Endpoint("b", learner_b->address),
+       Endpoint("c", learner_c->address)},
+      2);
+  config.service.on_learner_failure = OnLearnerFailure::kShrink;
+  auto server = StartReadyAggregator(config);
+  REQUIRE(Eventually([&] { return server->pool().ReadyCount() == 3; }));
+  auto stub = LearnerStub(server->address());
+  pb::DataDemand demand;
+  // The call that hits the failure names it.
+  grpc::Status status = stub->GetData(Deadline().get(), {}, &demand);
+  CHECK(status.error_code() == grpc::StatusCode::INTERNAL);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("b (" + learner_b->address));
+  // The next plan is over a and c.
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  CHECK(demand.batch_size() == 64);
+  CHECK(demand.membership().members_size() == 2);
+  CHECK(demand.membership().members(0) == "a");
+  CHECK(demand.membership().members(1) == "c");
+  pb::Resource resource;
+  REQUIRE(stub->GetResource(Deadline().get(), {}, &resource).ok());
+  CHECK(resource.learners() == 2);
+  // With min_learners 3 that is too few.
+  config.service.min_learners = 3;
+  REQUIRE(server->Reload(config).ok());
+  status = stub->GetData(Deadline().get(), {}, &demand);
+  CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("2 of 3 learner(s) ready and in the plans, 3 "
+                             "needed") &&
+                 Catch::Contains("b out: GetData failed: INTERNAL"));
+}
