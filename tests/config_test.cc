@@ -369,7 +369,7 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
         "learner_tls, allow_insecure, admin, learners, workers, min_learners, "
         "connect, call_timeout, "
         "drain_timeout, metrics, unix_socket, max_message_bytes, "
-        "max_inflight_bytes, "
+        "on_learner_failure, straggler, max_inflight_bytes, "
         "merge, log");
   CHECK(Error("connect:\n  backoff:\n    jiter: 0.1\n") ==
         "test.yaml:3:5: connect.backoff.jiter: unknown key; allowed here: "
@@ -1277,6 +1277,32 @@ TEST_CASE("workers[].channel is a bool, false by default") {
   CHECK(Parse(worker + ", channel: true}\n").workers.at(0).channel);
   CHECK_THAT(Error(worker + ", channel: maybe}\n"),
              Contains("workers[0].channel: expected true or false"));
+}
+
+}  // namespace
+}  // namespace aggregator
+
+namespace aggregator {
+namespace {
+
+TEST_CASE("on_learner_failure and straggler are read and checked") {
+  CHECK(Parse("").service.on_learner_failure == OnLearnerFailure::kFail);
+  const AggregatorConfig shrink = Parse(
+      "on_learner_failure: shrink\n"
+      "straggler: {factor: 2.5, window: 8, action: shrink}\n");
+  CHECK(shrink.service.on_learner_failure == OnLearnerFailure::kShrink);
+  CHECK(shrink.service.straggler.factor == 2.5);
+  CHECK(shrink.service.straggler.window == 8);
+  CHECK(shrink.service.straggler.action == StragglerConfig::Action::kShrink);
+  CHECK(Error("on_learner_failure: retry\n") ==
+        "test.yaml:1:21: on_learner_failure: expected fail or shrink, got "
+        "\"retry\"");
+  CHECK_THAT(Error("straggler: {factor: 1}\n"),
+             Contains("straggler.factor: expected a number above 1"));
+  CHECK_THAT(Error("straggler: {window: 0}\n"), Contains("straggler.window"));
+  CHECK(Error("straggler: {action: shrink}\n") ==
+        "test.yaml:1:21: straggler.action: takes a straggler out of the plans "
+        "as a failure would, which needs on_learner_failure: shrink");
 }
 
 }  // namespace

@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <set>
+#include <utility>
 
 #include "google/protobuf/struct.pb.h"
+#include "tests/process_helpers.h"
 #include "tests/test_cluster.h"
 
 using namespace aggregator::testing;
@@ -191,4 +194,83 @@ TEST_CASE(
              Catch::Contains("2 of 3 learner(s) ready and in the plans, 3 "
                              "needed") &&
                  Catch::Contains("b out: GetData failed: INTERNAL"));
+}
+
+namespace {
+
+// One GetData + Learn; its wall time in seconds, and the plan's members.
+std::pair<double, int> Step(pb::Learner::Stub& stub, int step) {
+  const auto started = Clock::now();
+  pb::DataDemand demand;
+  REQUIRE(stub.GetData(Deadline().get(), {}, &demand).ok());
+  pb::LearnRequest batch = Batch(static_cast<int>(demand.batch_size()),
+                                 "t" + std::to_string(step) + "-");
+  batch.set_plan_id(demand.plan_id());
+  pb::LearnReply reply;
+  const grpc::Status status = stub.Learn(Deadline().get(), batch, &reply);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  return {Seconds(Clock::now() - started), demand.membership().members_size()};
+}
+
+void WriteFaults(const std::string& path, const std::string& faults) {
+  WriteFile(path + ".new", faults);
+  REQUIRE(rename((path + ".new").c_str(), path.c_str()) == 0);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "A slow learner is flagged after straggler.window steps, unflagged when it "
+    "recovers, and with action shrink left out while it is slow") {
+  const std::string dir = TempDir();
+  const std::string faults = dir + "/faults";
+  WriteFaults(faults, "delay_ms=60 delay_on=Learn");
+  aggregator::ExampleLearnerOptions slow;
+  slow.fault_file = faults;
+  auto fast_a = StartLearner();
+  auto fast_b = StartLearner();
+  auto laggard = StartLearner(slow);
+  AggregatorConfig config = FastConfig(
+      {Endpoint("a", fast_a->address), Endpoint("b", fast_b->address),
+       Endpoint("slow", laggard->address)},
+      2);
+  config.service.straggler.factor = 4;
+  config.service.straggler.window = 3;
+  auto server = StartReadyAggregator(config);
+  REQUIRE(Eventually([&] { return server->pool().ReadyCount() == 3; }));
+  auto stub = LearnerStub(server->address());
+  auto flagged = [&] {
+    return server->learner_service().LearnTimes()["slow"].flagged;
+  };
+  for (int step = 0; step < 2; ++step) Step(*stub, step);
+  CHECK_FALSE(flagged());  // not before the window is full
+  Step(*stub, 2);
+  CHECK(flagged());
+  WriteFaults(faults, "");
+  Step(*stub, 3);
+  CHECK_FALSE(flagged());
+
+  // action: shrink: once flagged it leaves the plans, and the steps speed up.
+  WriteFaults(faults, "delay_ms=60 delay_on=Learn");
+  config.service.on_learner_failure = OnLearnerFailure::kShrink;
+  config.service.straggler.action =
+      aggregator::StragglerConfig::Action::kShrink;
+  REQUIRE(server->Reload(config).ok());
+  double slow_seconds = 0;
+  for (int step = 4; step < 7; ++step) slow_seconds += Step(*stub, step).first;
+  double out_seconds = 0;
+  for (int step = 7; step < 10; ++step) {
+    const auto [seconds, members] = Step(*stub, step);
+    CHECK(members == 2);
+    out_seconds += seconds;
+  }
+  std::printf(
+      "3 steps with the straggler: %.1f ms; without it (shrink): %.1f "
+      "ms\n",
+      slow_seconds * 1000, out_seconds * 1000);
+  CHECK(out_seconds < slow_seconds / 2);
+  const auto standings = server->learner_service().Standings();
+  REQUIRE(standings.count("slow") == 1);
+  CHECK_THAT(standings.at("slow").why, Catch::Contains("straggler"));
 }

@@ -305,7 +305,11 @@ void LearnerService::WatchStragglers(
         straggler.factor, straggler.window, change.ratio);
     spdlog::warn("learner {} holds the steps back: {}", learner->Name(), why);
     if (straggler.action == StragglerConfig::Action::kShrink) {
+      // Out until it is tried again; then judged afresh, so a learner still
+      // slow then is taken out again.
       MarkFailed(*learner, why);
+      stragglers_.Reset(change.id);
+      if (metrics_ != nullptr) metrics_->SetStraggler(change.id, false);
     }
   }
 }

@@ -53,6 +53,14 @@ std::vector<StragglerWatch::Change> StragglerWatch::Observe(
   return changes;
 }
 
+void StragglerWatch::Reset(const std::string& id) {
+  MutexLock lock(&mu_);
+  auto it = states_.find(id);
+  if (it == states_.end()) return;
+  it->second.slow_steps = 0;
+  it->second.learner.flagged = false;
+}
+
 std::map<std::string, StragglerWatch::Learner> StragglerWatch::Learners()
     const {
   MutexLock lock(&mu_);

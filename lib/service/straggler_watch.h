@@ -42,6 +42,10 @@ class StragglerWatch {
 
   std::map<std::string, Learner> Learners() const;
 
+  // Forgets `id`'s streak and flag: it is judged afresh from its next step
+  // (once it is back in the plans after being taken out for being slow).
+  void Reset(const std::string& id);
+
  private:
   struct State {
     Learner learner;

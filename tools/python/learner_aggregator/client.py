@@ -120,7 +120,8 @@ class AggregatorClient:
 
     def get_data(self) -> Dict[str, Any]:
         """The next demand: {"batch_size" (the total), "cur_learner_iter", "task_id",
-        "buffer_id", "plan_id" (pass it to learn), "extra"}."""
+        "buffer_id", "plan_id" (pass it to learn), "extra", "membership"
+        ({"generation", "members"}: the learners the plan is split over)}."""
         return self._call("GetData", self._learner.GetData, learner_pb2.GetDataRequest())
 
     def learn(self, samples: Iterable[Sample], plan_id: Optional[str] = None) -> Dict[str, Any]:
