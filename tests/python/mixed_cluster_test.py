@@ -78,6 +78,7 @@ class MixedClusterTest(unittest.TestCase):
     def train_step(self, step: int):
         demand = self.client.get_data()
         self.assertEqual(demand["batch_size"], TOTAL)
+        self.assertEqual(demand["membership"]["members"], LEARNERS)
         samples = make_samples(step)
         return samples, self.client.learn(samples, demand["plan_id"])
 
@@ -89,6 +90,8 @@ class MixedClusterTest(unittest.TestCase):
         self.assertEqual(info["priority_info"]["priority"],
                          [sample_priority(s.data) for s in samples])
         self.assertEqual(info["received"], SLICES)  # a scalar per learner, in order
+        # The Python learners were told who trains this step; the C++ ones say nothing.
+        self.assertEqual(info["members_seen"], [4, 4, None, None])
         self.assertEqual(info["task_id"], "mixed")
         self.assertEqual(reply["task_id"], "mixed")
 

@@ -51,14 +51,19 @@ class ExampleLearner:
         return {"batch_size": self.batch_size, "cur_learner_iter": self.learner_step,
                 "task_id": self.task_id, "buffer_id": self.buffer_id}
 
-    def learn(self, samples: List[Sample]) -> Dict[str, Any]:
+    def learn(self, samples: List[Sample],
+              membership: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         for sample in samples:
             if "raise" in sample.meta:
                 raise RuntimeError(str(sample.meta["raise"]))
         self.learner_step += 1
+        # The learners this step is split over, as the aggregator says (a
+        # data-parallel learner would re-form its group when it changes).
+        members = (membership or {}).get("members", [])
         return {
             "learner_step": self.learner_step, "learner_done": False,
             "task_id": self.task_id, "buffer_id": self.buffer_id, "received": len(samples),
+            "members_seen": len(members),
             "priority_info": {
                 "priority": [sample_priority(s.data) for s in samples],
                 "replay_unique_id": [s.meta.get("replay_unique_id") for s in samples],

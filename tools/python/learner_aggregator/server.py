@@ -6,7 +6,12 @@ The learner object has
     get_data() -> dict               {"batch_size", "cur_learner_iter", "task_id",
                                       "buffer_id", optional "extra": dict}
     learn(samples: list[Sample]) -> dict   the Learn info; its task_id and buffer_id,
-                                      if present, also fill the reply's fields
+                                      if present, also fill the reply's fields. A
+                                      learn that takes a `membership` keyword gets
+                                      the aggregator's {"generation", "members"}
+                                      (learner ids, in split order) with each batch:
+                                      a new generation means the set of learners
+                                      training together changed.
     close_task()                     may return a message string
 Calls into it are serialized (one at a time), so it need not be thread-safe. A method
 that raises fails its RPC with INTERNAL (or a LearnerError's code) and the message
@@ -16,6 +21,7 @@ UNIMPLEMENTED. grpc.health.v1 is served too: SERVING from start() until stop().
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import sys
@@ -44,14 +50,15 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
         self._learner = learner
         self._lock = lock
 
-    def _call(self, context: grpc.ServicerContext, name: str, *args: Any) -> Any:
+    def _call(self, context: grpc.ServicerContext, name: str, *args: Any,
+              **kwargs: Any) -> Any:
         method = getattr(self._learner, name, None)
         if not callable(method):
             context.abort(grpc.StatusCode.UNIMPLEMENTED,
                           f"the learner has no method {name}()")
         try:
             with self._lock:
-                return method(*args)
+                return method(*args, **kwargs)
         except LearnerError as e:
             context.abort(e.code, f"{type(e).__name__}: {e}")
         except Exception as e:
@@ -95,7 +102,12 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
 
     def Learn(self, request, context):
         samples: List[Sample] = [Sample(s.data, from_struct(s.meta)) for s in request.samples]
-        info = self._call(context, "learn", samples) or {}
+        extra = {}
+        if request.HasField("membership") and _takes(getattr(self._learner, "learn", None),
+                                                    "membership"):
+            extra["membership"] = {"generation": request.membership.generation,
+                                   "members": list(request.membership.members)}
+        info = self._call(context, "learn", samples, **extra) or {}
 
         def build() -> learner_pb2.LearnReply:
             return learner_pb2.LearnReply(
@@ -107,6 +119,16 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
     def CloseTask(self, request, context):
         message = self._call(context, "close_task")
         return learner_pb2.CloseTaskReply(message=str(message or ""))
+
+
+def _takes(method: Any, keyword: str) -> bool:
+    """Whether `method` accepts the keyword argument `keyword`."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in parameters or any(
+        p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 class LearnerServer:
