@@ -1295,7 +1295,7 @@ TEST_CASE("on_learner_failure and straggler are read and checked") {
   CHECK(shrink.service.straggler.window == 8);
   CHECK(shrink.service.straggler.action == StragglerConfig::Action::kShrink);
   CHECK(Error("on_learner_failure: retry\n") ==
-        "test.yaml:1:21: on_learner_failure: expected fail or shrink, got "
+        "test.yaml:1:21: on_learner_failure: expected one of fail, shrink, got "
         "\"retry\"");
   CHECK_THAT(Error("straggler: {factor: 1}\n"),
              Contains("straggler.factor: expected a number above 1"));

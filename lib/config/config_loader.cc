@@ -50,6 +50,8 @@ constexpr size_t kMaxFileBytes = size_t{16} << 20;
 constexpr const char* kLogLevels[] = {"trace", "debug",    "info", "warn",
                                       "error", "critical", "off"};
 constexpr const char* kRestartPolicies[] = {"always", "on-failure", "never"};
+constexpr const char* kFailurePolicies[] = {"fail", "shrink"};
+constexpr const char* kStragglerActions[] = {"none", "shrink"};
 constexpr int kMaxPort = 65535;
 // Every replica may need a port of its own.
 constexpr int kMaxReplicas = kMaxPort;
@@ -433,15 +435,10 @@ class Parser {
              }},
             {"on_learner_failure",
              [&](const Field& f) {
-               std::string text;
-               if (!ReadString(f, &text)) return;
-               if (text == "fail") {
-                 service.on_learner_failure = OnLearnerFailure::kFail;
-               } else if (text == "shrink") {
+               std::string policy;
+               ReadOneOf(f, kFailurePolicies, &policy);
+               if (policy == "shrink") {
                  service.on_learner_failure = OnLearnerFailure::kShrink;
-               } else {
-                 Error(f, absl::StrCat("expected fail or shrink, got ",
-                                       Quote(text)));
                }
              }},
             {"straggler",
@@ -1171,16 +1168,11 @@ class Parser {
              [&](const Field& f) { ReadInt(f, 1, 10000, &straggler->window); }},
             {"action",
              [&](const Field& f) {
-               std::string text;
-               if (!ReadString(f, &text)) return;
-               if (text == "none") {
-                 straggler->action = StragglerConfig::Action::kNone;
-               } else if (text == "shrink") {
+               std::string action;
+               ReadOneOf(f, kStragglerActions, &action);
+               if (action == "shrink") {
                  straggler->action = StragglerConfig::Action::kShrink;
                  straggler_shrink_field_ = f;
-               } else {
-                 Error(f, absl::StrCat("expected none or shrink, got ",
-                                       Quote(text)));
                }
              }},
         });
