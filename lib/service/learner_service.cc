@@ -400,6 +400,12 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
       [this, call, request = *request, reply](auto& calls) {
         for (const auto& replay : calls) {
           pool_->RecordCall(replay.learner, replay.status);
+          if (metrics_ != nullptr) {
+            metrics_->LearnerCall(
+                replay.learner.id, "StartTask", replay.status.error_code(),
+                std::chrono::duration<double>(replay.finished - replay.started)
+                    .count());
+          }
           if (replay.status.ok()) {
             membership_.Rejoined(replay.learner);
             spdlog::info("learner {} rejoins the plans: the task was replayed",
