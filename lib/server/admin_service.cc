@@ -54,6 +54,8 @@ void ToProto(const ServerStatus& status, pb::AggregatorStatus* out) {
     entry->set_standing(standing.standing);
     entry->set_straggler(standing.straggler);
     entry->set_learn_ewma_ms(standing.learn_ewma_ms);
+    entry->set_learn_p50_ms(standing.learn_p50_ms);
+    entry->set_learn_p99_ms(standing.learn_p99_ms);
   }
   for (const WorkerSnapshot& worker : status.workers) {
     pb::WorkerStatus* entry = out->add_workers();

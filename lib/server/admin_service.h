@@ -27,6 +27,8 @@ struct LearnerPlanStatus {
   std::string standing = "in";  // "in", "rejoining", "out: <why>"
   bool straggler = false;
   double learn_ewma_ms = 0;
+  double learn_p50_ms = 0;
+  double learn_p99_ms = 0;
 };
 
 struct ServerStatus {

@@ -332,6 +332,8 @@ ServerStatus AggregatorServer::Status() const {
   for (const auto& [id, times] : learner_service_->LearnTimes()) {
     status.plans[id].straggler = times.flagged;
     status.plans[id].learn_ewma_ms = times.ewma_seconds * 1000;
+    status.plans[id].learn_p50_ms = times.p50_seconds * 1000;
+    status.plans[id].learn_p99_ms = times.p99_seconds * 1000;
   }
   status.workers = workers_->Status();
   status.config_path = config().source;

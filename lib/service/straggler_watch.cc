@@ -24,6 +24,12 @@ std::vector<StragglerWatch::Change> StragglerWatch::Observe(
   for (size_t i = 0; i < seconds.size(); ++i) {
     const auto& [id, took] = seconds[i];
     State& state = states_[id];
+    if (state.recent.size() < kRecentSteps) {
+      state.recent.push_back(took);
+    } else {
+      state.recent[state.next] = took;
+    }
+    state.next = (state.next + 1) % kRecentSteps;
     state.learner.ewma_seconds =
         state.learner.ewma_seconds == 0
             ? took
@@ -65,7 +71,17 @@ std::map<std::string, StragglerWatch::Learner> StragglerWatch::Learners()
     const {
   MutexLock lock(&mu_);
   std::map<std::string, Learner> learners;
-  for (const auto& [id, state] : states_) learners[id] = state.learner;
+  for (const auto& [id, state] : states_) {
+    Learner learner = state.learner;
+    std::vector<double> sorted = state.recent;
+    std::sort(sorted.begin(), sorted.end());
+    if (!sorted.empty()) {
+      // Nearest rank.
+      learner.p50_seconds = sorted[(sorted.size() - 1) / 2];
+      learner.p99_seconds = sorted[(sorted.size() * 99 + 99) / 100 - 1];
+    }
+    learners[id] = learner;
+  }
   return learners;
 }
 

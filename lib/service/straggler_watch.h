@@ -3,8 +3,8 @@
 // median of the others' times on that step; a learner slower than
 // straggler.factor times that median for straggler.window steps in a row is
 // flagged (once per episode), and unflagged on the first step it is not.
-// Each learner's time is also kept as an exponentially weighted average, for
-// status.
+// Each learner's time is also kept as an exponentially weighted average and
+// as the percentiles of its last kRecentSteps steps, for status.
 //
 // Thread-safety: all methods may be called concurrently.
 #ifndef LIB_SERVICE_STRAGGLER_WATCH_H_
@@ -29,8 +29,11 @@ class StragglerWatch {
     bool flagged;
     double ratio;  // its time over the median of the others' this step
   };
+  static constexpr size_t kRecentSteps = 256;
   struct Learner {
     double ewma_seconds = 0;
+    double p50_seconds = 0;  // of its last kRecentSteps Learn times
+    double p99_seconds = 0;
     bool flagged = false;
   };
 
@@ -49,7 +52,9 @@ class StragglerWatch {
  private:
   struct State {
     Learner learner;
-    int slow_steps = 0;  // in a row
+    int slow_steps = 0;          // in a row
+    std::vector<double> recent;  // a ring of the last kRecentSteps times
+    size_t next = 0;             // where the next time goes
   };
   mutable Mutex mu_;
   std::map<std::string, State> states_ ABSL_GUARDED_BY(mu_);
