@@ -166,9 +166,11 @@ grpc::Status LearnerService::Summarize(
     const std::string failure = absl::StrCat(CodeName(call.status.error_code()),
                                              ": ", call.status.error_message());
     failures.push_back(absl::StrCat(call.learner.Name(), ": ", failure));
-    // The caller's own doing says nothing about the learner.
+    // The caller's own doing says nothing about the learner, nor does a step
+    // a learner aborted because a peer of its training group died (ABORTED).
     if (call.status.error_code() != grpc::StatusCode::CANCELLED &&
-        call.status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
+        call.status.error_code() != grpc::StatusCode::INVALID_ARGUMENT &&
+        call.status.error_code() != grpc::StatusCode::ABORTED) {
       MarkFailed(call.learner, absl::StrCat(method, " failed: ", failure));
     }
   }

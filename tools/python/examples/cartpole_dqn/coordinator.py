@@ -103,6 +103,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--summary", help="also write the summary JSON here")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per call")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--elastic", action="store_true",
+                   help="a failed training step (a learner lost, its group re-forming) "
+                   "is counted and skipped, not fatal")
     return p.parse_args(argv)
 
 
@@ -131,6 +134,10 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
     episodes: List[List[float]] = []  # [env steps at its end, return]
     losses: List[float] = []
     hashes_identical = True
+    lost_steps: List[str] = []  # --elastic: steps that failed
+    members: set = set()  # how many learners the steps were split over
+    generations: set = set()
+    changes: List[List[int]] = []  # [env step, learners] each time the count changed
     ids_aligned = True
     train_seconds = 0.0
     train_steps = 0
@@ -160,11 +167,23 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
         if step >= args.learning_starts and step % args.train_every == 0:
             beta = min(1.0, args.beta_start + (1 - args.beta_start) * step / args.max_env_steps)
             t0 = time.perf_counter()
-            demand = learner.get_data()
-            ids, data, is_weights = replay.sample(demand["batch_size"], beta)
-            samples = [Sample(d, {"replay_unique_id": i, "weight": float(w)})
-                       for i, d, w in zip(ids, data, is_weights)]
-            info = learner.learn(samples, demand["plan_id"])["info"]
+            try:
+                demand = learner.get_data()
+                ids, data, is_weights = replay.sample(demand["batch_size"], beta)
+                samples = [Sample(d, {"replay_unique_id": i, "weight": float(w)})
+                           for i, d, w in zip(ids, data, is_weights)]
+                info = learner.learn(samples, demand["plan_id"])["info"]
+            except AggregatorError as e:
+                if not args.elastic:
+                    raise
+                lost_steps.append(f"env step {step}: {e}")
+                continue
+            membership = demand.get("membership") or {}
+            count = len(membership.get("members", []))
+            if changes and changes[-1][1] != count or not changes:
+                changes.append([step, count])
+            members.add(count)
+            generations.add(membership.get("generation", 0))
             train_seconds += time.perf_counter() - t0
             train_steps += 1
             priority_info = info["priority_info"]
@@ -205,6 +224,8 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
         "loss_last_50": float(np.mean(losses[-50:])) if losses else None,
         "ids_aligned": ids_aligned, "weights_identical_every_step": hashes_identical,
         "final_weights_sha256": final_hashes, "close_task": closed.get("message"),
+        "lost_steps": lost_steps, "member_counts": sorted(members),
+        "membership_generations": len(generations), "learner_changes": changes,
         "episode_returns": episodes,
     }
     if args.plot:
@@ -223,6 +244,10 @@ def plot(episodes: List[List[float]], args: argparse.Namespace, summary: Dict[st
     ax.plot(steps, returns, ".", alpha=0.35, label="episode return")
     ax.plot(steps, means, "-", label=f"mean of last {args.window}")
     ax.axhline(args.target_return, color="gray", linestyle="--", label=f"{args.target_return:g}")
+    for at, count in summary.get("learner_changes", [])[1:]:  # the group changed here
+        ax.axvline(at, color="red", alpha=0.5)
+        ax.annotate(f"{count} learners", (at, args.target_return * 1.05), color="red",
+                    fontsize=8, rotation=90, va="bottom")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("return")
     ax.set_title(f"CartPole DQN, {summary['mode']}: {summary['env_steps']} steps, "

@@ -29,10 +29,18 @@ def main() -> None:
     parser.add_argument("--dist-port", type=int, default=29500)
     parser.add_argument("--dist-timeout", type=float, default=60.0, help="seconds")
     parser.add_argument("--batch-size", type=int, default=32, help="this replica's slice")
+    parser.add_argument("--elastic-id",
+                        help="this learner's id in the aggregator (\"{name}-{index}\"): "
+                        "form the group from the aggregator's membership, re-forming it "
+                        "when that changes, instead of a fixed --world-size")
     args = parser.parse_args()
 
     torch.set_num_threads(1)  # deterministic, and the machine is shared
     torch.use_deterministic_algorithms(True)
+    if args.elastic_id:
+        serve(DQNLearner(args.batch_size, learner_id=args.elastic_id,
+                         dist_timeout=args.dist_timeout), args.listen)
+        return
     if args.world_size > 1:
         dist.init_process_group(
             "gloo", init_method=f"tcp://127.0.0.1:{args.dist_port}", rank=args.rank,
