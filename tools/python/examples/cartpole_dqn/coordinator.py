@@ -180,7 +180,7 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
                 continue
             membership = demand.get("membership") or {}
             count = len(membership.get("members", []))
-            if changes and changes[-1][1] != count or not changes:
+            if not changes or changes[-1][1] != count:
                 changes.append([step, count])
             members.add(count)
             generations.add(membership.get("generation", 0))

@@ -6,6 +6,11 @@ Replicas join one torch.distributed gloo group over loopback (rank 0 hosts its s
 on --dist-port) before serving. A replica that dies breaks the group: the others'
 next all-reduce fails within --dist-timeout, their Learn fails, and the run must be
 started again (gloo groups do not heal).
+
+    learner.py --listen 127.0.0.1:{port} --elastic-id {name}-{index}
+
+instead forms the group from the aggregator's membership and re-forms it whenever that
+changes (aggregatord with on_learner_failure: shrink; see dqn.py).
 """
 
 import argparse
