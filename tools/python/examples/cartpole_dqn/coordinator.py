@@ -244,10 +244,12 @@ def plot(episodes: List[List[float]], args: argparse.Namespace, summary: Dict[st
     ax.plot(steps, returns, ".", alpha=0.35, label="episode return")
     ax.plot(steps, means, "-", label=f"mean of last {args.window}")
     ax.axhline(args.target_return, color="gray", linestyle="--", label=f"{args.target_return:g}")
-    for at, count in summary.get("learner_changes", [])[1:]:  # the group changed here
+    changes = summary.get("learner_changes", [])[1:]  # the group changed here
+    for i, (at, count) in enumerate(changes):
         ax.axvline(at, color="red", alpha=0.5)
+        # Alternate sides, so changes close together stay readable.
         ax.annotate(f"{count} learners", (at, args.target_return * 1.05), color="red",
-                    fontsize=8, rotation=90, va="bottom")
+                    fontsize=8, rotation=90, va="bottom", ha="right" if i % 2 == 0 else "left")
     ax.set_xlabel("environment steps")
     ax.set_ylabel("return")
     ax.set_title(f"CartPole DQN, {summary['mode']}: {summary['env_steps']} steps, "
