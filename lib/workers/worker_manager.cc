@@ -39,10 +39,10 @@ using TimePoint = Clock::TimePoint;
 constexpr size_t kReadBudget = 64 * 1024;
 // After an exit, what is already in the pipe is logged up to this much.
 constexpr size_t kDrainBudget = 1024 * 1024;
-// How long SIGKILLed processes get to be reaped once Shutdown's deadline has
-// passed before the manager gives up waiting on them.
 // Channel frames handled per wake-up of one replica, so none starves another.
 constexpr int kChannelBudget = 16;
+// How long SIGKILLed processes get to be reaped once Shutdown's deadline has
+// passed before the manager gives up waiting on them.
 constexpr milliseconds kKillWait(5000);
 // Nothing is due: look again this often anyway, so no wait is unbounded.
 constexpr milliseconds kIdleWait(60000);
