@@ -62,10 +62,15 @@ echo "$processes" | awk 'NR > 1 && $1 != 10001 { bad = 1 } END { exit bad }' ||
   { echo "$processes"; fail "a process in the container is not uid 10001"; }
 echo "non-root: every process is uid 10001"
 
+# Healthy is min_learners (1) ready; the second learner may still be between its
+# first (refused) connection and the next attempt.
+both_ready() {
+  [ "$($DOCKER exec "$name" aggregatorctl status | grep -cE '^learner-[01] +[^ ]+ +ready ')" -eq 2 ]
+}
+wait_for 15 both_ready || { $DOCKER exec "$name" aggregatorctl status; fail "not both learners ready"; }
 status=$($DOCKER exec "$name" aggregatorctl status)
 echo "$status"
 echo "$status" | sed -n 1p | grep ' ready ' >/dev/null || fail "status is not ready"
-[ "$(echo "$status" | grep -cE '^learner-[01] .* ready ')" -eq 2 ] || fail "not both learners ready"
 
 tools/aggregatorctl --target "$learner_port" --timeout 5 resource | grep . >/dev/null ||
   fail "no GetResource answer on $learner_port"
