@@ -225,7 +225,7 @@ TEST_CASE(
     "recovers, and with action shrink left out while it is slow") {
   const std::string dir = TempDir();
   const std::string faults = dir + "/faults";
-  WriteFaults(faults, "delay_ms=60 delay_on=Learn");
+  WriteFaults(faults, "delay_ms=300 delay_on=Learn");
   aggregator::ExampleLearnerOptions slow;
   slow.fault_file = faults;
   auto fast_a = StartLearner();
@@ -252,24 +252,29 @@ TEST_CASE(
   CHECK_FALSE(flagged());
 
   // action: shrink: once flagged it leaves the plans, and the steps speed up.
-  WriteFaults(faults, "delay_ms=60 delay_on=Learn");
+  WriteFaults(faults, "delay_ms=300 delay_on=Learn");
   config.service.on_learner_failure = OnLearnerFailure::kShrink;
   config.service.straggler.action =
       aggregator::StragglerConfig::Action::kShrink;
   REQUIRE(server->Reload(config).ok());
+  // Steps with it, until it is out (window steps, unless a sanitizer's
+  // slowness blurs one ratio and the streak starts again).
   double slow_seconds = 0;
-  for (int step = 4; step < 7; ++step) slow_seconds += Step(*stub, step).first;
+  int step = 4;
+  for (; server->learner_service().Standings().count("slow") == 0; ++step) {
+    REQUIRE(step < 4 + 20);
+    slow_seconds = Step(*stub, step).first;
+  }
   double out_seconds = 0;
-  for (int step = 7; step < 10; ++step) {
+  for (const int last = step + 3; step < last; ++step) {
     const auto [seconds, members] = Step(*stub, step);
     CHECK(members == 2);
     out_seconds += seconds;
   }
   std::printf(
-      "3 steps with the straggler: %.1f ms; without it (shrink): %.1f "
-      "ms\n",
+      "a step with the straggler: %.1f ms; 3 without it (shrink): %.1f ms\n",
       slow_seconds * 1000, out_seconds * 1000);
-  CHECK(out_seconds < slow_seconds / 2);
+  CHECK(out_seconds < slow_seconds);
   const auto standings = server->learner_service().Standings();
   REQUIRE(standings.count("slow") == 1);
   CHECK_THAT(standings.at("slow").why, Catch::Contains("straggler"));
