@@ -535,7 +535,9 @@ TEST_CASE("A Learn past max_inflight_bytes is refused at once, named") {
   CHECK(held.get() == grpc::StatusCode::OK);
   // The budget is back once the first Learn is done: the second plan, still
   // unused, trains.
-  CHECK(Learn(*cluster.stub, second, &reply).ok());
+  const grpc::Status later = Learn(*cluster.stub, second, &reply);
+  INFO(later.error_message());
+  CHECK(later.ok());
 }
 
 TEST_CASE(

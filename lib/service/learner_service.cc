@@ -557,7 +557,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
       },
       [this, reactor, reply, settings, started, held,
        lease = std::shared_ptr<InflightBudget::Lease>(*std::move(lease)),
-       counts = std::move(counts)](auto& calls) {
+       counts = std::move(counts)](auto& calls) mutable {
         WatchStragglers(calls, *settings);
         // Once every learner has trained, a retry of the plan would train them
         // twice, whatever became of their answers: the plan is used.
@@ -566,6 +566,9 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
                         [](const auto& call) { return call.status.ok(); });
         const grpc::Status status = MergeLearn(calls, counts, *settings, reply);
         if (trained) held->Consume();
+        // The batch's bytes are counted free before the caller hears back: a
+        // caller that sends its next batch at once must find the budget.
+        lease.reset();
         Finish(reactor, "Learn", started, status);
       });
   return reactor;
