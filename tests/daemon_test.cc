@@ -481,9 +481,8 @@ TEST_CASE(
 TEST_CASE("A learner that crashes mid-call is reported by name") {
   const std::string dir = TempDir();
   LearnerProcess a = StartLearnerProcess();
-  // Answers the pool's GetResource as it connects and GetData, then dies on
-  // Learn.
-  LearnerProcess b = StartLearnerProcess({"--crash-after", "2"});
+  // Answers GetData (GetResource is not counted), then dies on Learn.
+  LearnerProcess b = StartLearnerProcess({"--crash-after", "1"});
   std::string address;
   auto daemon = StartDaemon(TwoLearnerConfig(dir, a, b), &address);
   auto stub = LearnerStub(address);

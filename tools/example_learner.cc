@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(
           {"GetResource", "StartTask", "GetData", "Learn", "CloseTask"}));
   app.add_option("--crash-after", options.crash_after,
-                 "exit abruptly when the RPC after this many arrives");
+                 "exit abruptly when the RPC after this many (GetResource not "
+                 "counted) arrives");
   app.add_flag("--omit-priorities", options.omit_priorities,
                "answer Learn without priority_info.priority");
   app.add_option("--fault-file", options.fault_file,

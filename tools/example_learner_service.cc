@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdlib>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -124,10 +125,14 @@ absl::StatusOr<InjectedFaults> ExampleLearner::CurrentFaults() const {
 grpc::Status ExampleLearner::Enter(const char* method) {
   const absl::StatusOr<InjectedFaults> faults = CurrentFaults();
   MutexLock lock(&mu_);
-  if (options_.crash_after >= 0 && calls_ >= options_.crash_after) {
-    std::_Exit(70);  // as a crash: no reply, no cleanup
+  // Pools ask GetResource as they connect and then every resource_refresh:
+  // counting it would make call counts (and crash_after) depend on time.
+  if (std::string_view(method) != "GetResource") {
+    if (options_.crash_after >= 0 && calls_ >= options_.crash_after) {
+      std::_Exit(70);  // as a crash: no reply, no cleanup
+    }
+    ++calls_;
   }
-  ++calls_;
   if (!faults.ok()) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         std::string(faults.status().message()));

@@ -37,8 +37,10 @@ struct ExampleLearnerOptions {
   // An RPC name (GetResource, StartTask, GetData, Learn, CloseTask) that always
   // fails with INTERNAL, or empty.
   std::string fail_on;
-  // After answering this many RPCs the process exits at once (status 70) when
-  // the next one arrives, as a crashed learner would; negative: never.
+  // After answering this many RPCs (GetResource, which pools ask as they
+  // connect and every resource_refresh, not counted) the process exits at once
+  // (status 70) when the next one arrives, as a crashed learner would;
+  // negative: never.
   int64_t crash_after = -1;
   // Learn answers without priority_info.priority, as a learner that forgot
   // it would (to test that merged per-sample lists stay aligned).
@@ -91,7 +93,8 @@ class ExampleLearner final : public aggregator::v1::Learner::Service {
   // order.
   std::vector<std::vector<std::string>> received() const;
   int64_t learner_step() const;
-  // RPCs received so far (counted on arrival, before any delay).
+  // RPCs received so far but GetResource (counted on arrival, before any
+  // delay).
   int64_t calls() const;
   bool task_open() const;
 
