@@ -367,7 +367,7 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
   CHECK(Error("listen: \"127.0.0.1:1\"\nlisten_port: 5\n") ==
         "test.yaml:2:1: listen_port: unknown key; allowed here: listen, tls, "
         "learner_tls, allow_insecure, admin, learners, workers, min_learners, "
-        "connect, call_timeout, "
+        "connect, call_timeout, resource_refresh, "
         "drain_timeout, metrics, unix_socket, max_message_bytes, "
         "on_learner_failure, straggler, max_inflight_bytes, "
         "merge, log");
@@ -1303,6 +1303,20 @@ TEST_CASE("on_learner_failure and straggler are read and checked") {
   CHECK(Error("straggler: {action: shrink}\n") ==
         "test.yaml:1:21: straggler.action: takes a straggler out of the plans "
         "as a failure would, which needs on_learner_failure: shrink");
+}
+
+}  // namespace
+}  // namespace aggregator
+
+namespace aggregator {
+namespace {
+
+TEST_CASE("resource_refresh is a duration, 1s by default") {
+  CHECK(Parse("").connect.resource_refresh == milliseconds(1000));
+  CHECK(Parse("resource_refresh: 250ms").connect.resource_refresh ==
+        milliseconds(250));
+  CHECK_THAT(Error("resource_refresh: 5"),
+             Contains("resource_refresh: \"5\" has no unit"));
 }
 
 }  // namespace

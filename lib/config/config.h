@@ -36,12 +36,15 @@ struct ConnectConfig {
   // connect.backoff: the reconnect schedule, as gRPC's connection-backoff spec.
   BackoffOptions backoff{std::chrono::milliseconds(1000), 1.6, 0.2,
                          std::chrono::milliseconds(120000)};
+  // resource_refresh (a top-level key): how often a ready learner's resources
+  // are asked again, so a child aggregator's change shows in GetResource.
+  std::chrono::milliseconds resource_refresh{1000};
 
   bool operator==(const ConnectConfig& other) const {
-    const auto& [a_timeout, a_attempt, a_backoff] = *this;
-    const auto& [b_timeout, b_attempt, b_backoff] = other;
-    return std::tie(a_timeout, a_attempt, a_backoff) ==
-           std::tie(b_timeout, b_attempt, b_backoff);
+    const auto& [a_timeout, a_attempt, a_backoff, a_refresh] = *this;
+    const auto& [b_timeout, b_attempt, b_backoff, b_refresh] = other;
+    return std::tie(a_timeout, a_attempt, a_backoff, a_refresh) ==
+           std::tie(b_timeout, b_attempt, b_backoff, b_refresh);
   }
   bool operator!=(const ConnectConfig& other) const {
     return !(*this == other);

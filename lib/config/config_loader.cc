@@ -403,6 +403,10 @@ class Parser {
              [&](const Field& f) { ReadConnect(f, &config->connect); }},
             {"call_timeout",
              [&](const Field& f) { ReadDuration(f, &service.call_timeout); }},
+            {"resource_refresh",
+             [&](const Field& f) {
+               ReadDuration(f, &config->connect.resource_refresh);
+             }},
             {"drain_timeout",
              [&](const Field& f) { ReadDuration(f, &config->drain_timeout); }},
             {"metrics",

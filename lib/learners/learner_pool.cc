@@ -91,6 +91,7 @@ struct LearnerPool::Learner {
   // The probe in flight, if any (owned by its event), to cancel on removal.
   grpc::ClientContext* probing = nullptr;
   aggregator::v1::Resource resource;  // its answer to the probe
+  Steady::time_point next_refresh;    // while ready: when resources are asked
   std::string last_error;
 };
 
@@ -106,6 +107,9 @@ struct LearnerPool::Event {
     // Sent on a channel in TRANSIENT_FAILURE: it fails at once, and its
     // status says why the connection failed (refused, a TLS handshake).
     bool diagnose = false;
+    // Asked of a ready learner every resource_refresh: its answer replaces the
+    // resources it reported (a child aggregator's change with its learners).
+    bool refresh = false;
   };
 
   enum Kind { kAttempt, kStateChange, kProbe } kind;
@@ -284,7 +288,12 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
   const Steady::time_point now = Steady::now();
   if (learner->state == LearnerState::kReady) {
     if (state == GRPC_CHANNEL_READY) {
-      Watch(learner, state, now + kReadyWatchPeriod);
+      if (now >= learner->next_refresh && learner->probing == nullptr) {
+        learner->next_refresh = now + connect_.resource_refresh;
+        StartProbe(learner, /*diagnose=*/false, /*refresh=*/true);
+      }
+      Watch(learner, state,
+            std::min(now + kReadyWatchPeriod, learner->next_refresh));
       return;
     }
     spdlog::warn("learner {}: connection lost; reconnecting", learner->Name());
@@ -319,13 +328,16 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
   Watch(learner, state, learner->attempt_deadline);
 }
 
-void LearnerPool::StartProbe(Learner* learner, bool diagnose) {
+void LearnerPool::StartProbe(Learner* learner, bool diagnose, bool refresh) {
   auto* event = new Event{Event::kProbe, learner->endpoint.id, learner->token,
                           std::make_unique<Event::Probe>()};
   Event::Probe& probe = *event->probe;
   probe.diagnose = diagnose;
+  probe.refresh = refresh;
   probe.stub = aggregator::v1::Learner::NewStub(learner->channel);
-  probe.context.set_deadline(ToSystem(learner->attempt_deadline));
+  probe.context.set_deadline(
+      refresh ? ToSystem(Steady::now() + connect_.attempt_timeout)
+              : ToSystem(learner->attempt_deadline));
   if (!hooks_.aggregator_id.empty()) {
     probe.context.AddMetadata(kCallPathKey, hooks_.aggregator_id);
   }
@@ -337,6 +349,10 @@ void LearnerPool::StartProbe(Learner* learner, bool diagnose) {
 
 void LearnerPool::OnProbe(Learner* learner, const Event& event) {
   const Event::Probe& probe = *event.probe;
+  if (probe.refresh) {
+    OnRefresh(learner, event);
+    return;
+  }
   if (!hooks_.aggregator_id.empty() &&
       AnsweringAggregator(probe.context) == hooks_.aggregator_id) {
     // Its own listener: calls to it would only come back. Failed at once;
@@ -384,7 +400,32 @@ void LearnerPool::OnProbe(Learner* learner, const Event& event) {
   spdlog::info("learner {}: ready after {} attempt(s) ({} gpu(s))",
                learner->Name(), learner->attempts, probe.reply.gpus());
   learner->attempts = 0;
-  Watch(learner, GRPC_CHANNEL_READY, Steady::now() + kReadyWatchPeriod);
+  learner->next_refresh = Steady::now() + connect_.resource_refresh;
+  Watch(learner, GRPC_CHANNEL_READY,
+        std::min(Steady::now() + kReadyWatchPeriod, learner->next_refresh));
+}
+
+void LearnerPool::OnRefresh(Learner* learner, const Event& event) {
+  const Event::Probe& probe = *event.probe;
+  // Only a ready learner's resources are kept; one that is connecting again
+  // is asked afresh when it is ready.
+  if (learner->state != LearnerState::kReady) return;
+  if (!probe.status.ok()) {
+    // Calls will say what is wrong with it; the connection watch, whether it
+    // is gone. Its last figures stand until it answers.
+    spdlog::debug("learner {}: resource refresh failed: {}", learner->Name(),
+                  probe.status.error_message());
+    return;
+  }
+  if (probe.reply.gpus() < 0 || probe.reply.learners() < 0) return;
+  if (probe.reply.gpus() != learner->resource.gpus() ||
+      probe.reply.learners() != learner->resource.learners()) {
+    spdlog::info(
+        "learner {}: resources now {} gpu(s), {} learner(s) (were {}, {})",
+        learner->Name(), probe.reply.gpus(), probe.reply.learners(),
+        learner->resource.gpus(), learner->resource.learners());
+    learner->resource = probe.reply;
+  }
 }
 
 void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {

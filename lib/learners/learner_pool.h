@@ -154,10 +154,13 @@ class LearnerPool {
   void StartAttempt(Learner* learner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnStateChange(Learner* learner, bool ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `diagnose`: on a failed connection, to learn why (see Event::Probe).
-  void StartProbe(Learner* learner, bool diagnose = false)
+  // `diagnose`: on a failed connection, to learn why; `refresh`: a ready
+  // learner's resources asked again (see Event::Probe).
+  void StartProbe(Learner* learner, bool diagnose = false, bool refresh = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnProbe(Learner* learner, const Event& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnRefresh(Learner* learner, const Event& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AttemptFailed(Learner* learner, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
