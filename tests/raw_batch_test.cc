@@ -56,6 +56,28 @@ std::vector<RawBatch::Part> CutOrDie(const RawBatch& batch,
   return std::move(*parts);
 }
 
+TEST_CASE("Every part carries the trailer after its samples and plan id") {
+  const pb::LearnRequest original = Request(3, "");
+  auto batch = RawBatch::Scan(Chunked(original.SerializeAsString(), 5), kAny);
+  REQUIRE(batch.ok());
+  pb::LearnRequest stamp;
+  stamp.mutable_membership()->set_generation(7);
+  stamp.mutable_membership()->add_members("a");
+  stamp.mutable_membership()->add_members("b");
+  auto parts = batch->Cut({1, 2}, {"p0", ""}, stamp.SerializeAsString());
+  REQUIRE(parts.ok());
+  REQUIRE(parts->size() == 2);
+  const pb::LearnRequest first = Decode((*parts)[0].request);
+  CHECK(first.samples_size() == 1);
+  CHECK(first.plan_id() == "p0");
+  CHECK(first.membership().generation() == 7);
+  CHECK(first.membership().members_size() == 2);
+  const pb::LearnRequest second = Decode((*parts)[1].request);
+  CHECK(second.samples_size() == 2);
+  CHECK(second.plan_id().empty());
+  CHECK(second.membership().members(1) == "b");
+}
+
 TEST_CASE("A batch cuts at sample boundaries whatever the slicing") {
   const pb::LearnRequest original = Request(6, "top-plan");
   const std::string bytes = original.SerializeAsString();

@@ -193,8 +193,8 @@ absl::StatusOr<RawBatch> RawBatch::Scan(const grpc::ByteBuffer& request,
 }
 
 absl::StatusOr<std::vector<RawBatch::Part>> RawBatch::Cut(
-    const std::vector<size_t>& counts,
-    const std::vector<std::string>& plan_ids) const {
+    const std::vector<size_t>& counts, const std::vector<std::string>& plan_ids,
+    const std::string& trailer) const {
   size_t total = 0;
   for (size_t count : counts) total += count;
   if (total != sample_count_ || plan_ids.size() != counts.size()) {
@@ -255,6 +255,7 @@ absl::StatusOr<std::vector<RawBatch::Part>> RawBatch::Cut(
       field += plan_ids[i];
       pieces.emplace_back(field.data(), field.size());
     }
+    if (!trailer.empty()) pieces.emplace_back(trailer.data(), trailer.size());
     parts[i].request = grpc::ByteBuffer(pieces.data(), pieces.size());
     parts[i].sample_bytes = bytes[i];
   }

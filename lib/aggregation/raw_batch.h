@@ -51,11 +51,13 @@ class RawBatch {
   size_t size() const { return size_; }
 
   // Consecutive parts of `counts[i]` samples each (they must add up to
-  // sample_count()), part i carrying plan_ids[i] (omitted when empty). They
-  // share this batch's memory.
+  // sample_count()), part i carrying plan_ids[i] (omitted when empty), then
+  // `trailer` (serialized LearnRequest fields every part carries, e.g. its
+  // membership). They share this batch's memory.
   absl::StatusOr<std::vector<Part>> Cut(
       const std::vector<size_t>& counts,
-      const std::vector<std::string>& plan_ids) const;
+      const std::vector<std::string>& plan_ids,
+      const std::string& trailer = "") const;
 
  private:
   std::vector<grpc::Slice> slices_;

@@ -519,8 +519,6 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     counts.push_back(static_cast<size_t>(slice.batch_size));
     plan_ids.push_back(slice.learner_plan_id);
   }
-  auto parts = batch->Cut(counts, plan_ids);
-  if (!parts.ok()) return fail(ToGrpc(parts.status()));
   // Each slice says which learners train this step (appended: a field of
   // LearnRequest may come in any order).
   pb::LearnRequest stamp;
@@ -528,20 +526,15 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
   for (const PlanSlice& slice : plan.slices) {
     stamp.mutable_membership()->add_members(slice.learner_id);
   }
-  const std::string membership = stamp.SerializeAsString();
+  auto parts = batch->Cut(counts, plan_ids, stamp.SerializeAsString());
+  if (!parts.ok()) return fail(ToGrpc(parts.status()));
   std::vector<grpc::ByteBuffer> requests;
   for (size_t i = 0; i < parts->size(); ++i) {
     if (metrics_ != nullptr) {
       metrics_->Forwarded((*learners)[i].id,
                           static_cast<double>((*parts)[i].sample_bytes));
     }
-    std::vector<grpc::Slice> slices;
-    if (!(*parts)[i].request.Dump(&slices).ok()) {
-      return fail(grpc::Status(grpc::StatusCode::INTERNAL,
-                               "Learn: cannot read a slice of the batch"));
-    }
-    slices.emplace_back(membership.data(), membership.size());
-    requests.emplace_back(slices.data(), slices.size());
+    requests.push_back(std::move((*parts)[i].request));
   }
   // The claim lives until the learners have answered: consumed if they all
   // trained (even if their answers cannot be merged), given back otherwise.
