@@ -150,17 +150,33 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
 }
 
 template <typename Request, typename Reply>
+void LearnerService::Record(const char* method,
+                            const LearnerCall<Request, Reply>& call) {
+  pool_->RecordCall(call.learner, call.status);
+  if (metrics_ != nullptr) {
+    metrics_->LearnerCall(
+        call.learner.id, method, call.status.error_code(),
+        std::chrono::duration<double>(call.finished - call.started).count());
+  }
+}
+
+LearnerService::Call LearnerService::Arrive(
+    const char* method, grpc::CallbackServerContext* context) const {
+  return Call{method,
+              context,
+              context->DefaultReactor(),
+              std::chrono::steady_clock::now(),
+              settings(),
+              ""};
+}
+
+template <typename Request, typename Reply>
 grpc::Status LearnerService::Summarize(
     const char* method, const LearnerCalls<Request, Reply>& calls) {
   std::vector<std::string> failures;
   grpc::StatusCode code = grpc::StatusCode::OK;
   for (const auto& call : calls) {
-    pool_->RecordCall(call.learner, call.status);
-    if (metrics_ != nullptr) {
-      metrics_->LearnerCall(
-          call.learner.id, method, call.status.error_code(),
-          std::chrono::duration<double>(call.finished - call.started).count());
-    }
+    Record(method, call);
     if (call.status.ok()) continue;
     if (code == grpc::StatusCode::OK) code = call.status.error_code();
     const std::string failure = absl::StrCat(CodeName(call.status.error_code()),
@@ -246,14 +262,8 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
     const char* method, grpc::CallbackServerContext* context,
     const Request& request, StartCall<Request, Reply> start,
     std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
-  Call call{method,
-            context,
-            context->DefaultReactor(),
-            std::chrono::steady_clock::now(),
-            nullptr,
-            ""};
+  Call call = Arrive(method, context);
   if (!Enter(context, call.reactor, method, &call.path)) return call.reactor;
-  call.settings = this->settings();
   auto learners = ReadyLearners(method, *call.settings);
   if (!learners.ok()) {
     Finish(call.reactor, method, call.started, ToGrpc(learners.status()));
@@ -379,16 +389,10 @@ grpc::ServerUnaryReactor* LearnerService::StartTask(
 grpc::ServerUnaryReactor* LearnerService::GetData(
     grpc::CallbackServerContext* context, const pb::GetDataRequest* request,
     pb::DataDemand* reply) {
-  Call call{"GetData",
-            context,
-            context->DefaultReactor(),
-            std::chrono::steady_clock::now(),
-            nullptr,
-            ""};
+  Call call = Arrive("GetData", context);
   if (!Enter(context, call.reactor, call.method, &call.path)) {
     return call.reactor;
   }
-  call.settings = this->settings();
   Membership::View view = membership_.Select(pool_->Ready());
   if (view.to_replay.empty()) {
     PlanGetData(call, std::move(view), *request, reply);
@@ -401,13 +405,7 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
       {*view.task}, &StartTaskCall,
       [this, call, request = *request, reply](auto& calls) {
         for (const auto& replay : calls) {
-          pool_->RecordCall(replay.learner, replay.status);
-          if (metrics_ != nullptr) {
-            metrics_->LearnerCall(
-                replay.learner.id, "StartTask", replay.status.error_code(),
-                std::chrono::duration<double>(replay.finished - replay.started)
-                    .count());
-          }
+          Record("StartTask", replay);
           if (replay.status.ok()) {
             membership_.Rejoined(replay.learner);
             spdlog::info("learner {} rejoins the plans: the task was replayed",

@@ -164,8 +164,13 @@ class LearnerService final
       const Request& request, StartCall<Request, Reply> start,
       std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge);
 
-  // Records each learner call (pool counters, metrics); then OK when all
-  // succeeded, else the first failure's code and every failing learner named.
+  // A call as it arrives: its reactor, start time and settings.
+  Call Arrive(const char* method, grpc::CallbackServerContext* context) const;
+  // Records one learner call: the pool's counters and the metrics.
+  template <typename Request, typename Reply>
+  void Record(const char* method, const LearnerCall<Request, Reply>& call);
+  // Records each learner call; then OK when all succeeded, else the first
+  // failure's code and every failing learner named.
   template <typename Request, typename Reply>
   grpc::Status Summarize(const char* method,
                          const LearnerCalls<Request, Reply>& calls);
