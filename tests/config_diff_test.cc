@@ -56,11 +56,12 @@ TEST_CASE("A reload summary says what changes") {
   next.service.call_timeout = std::chrono::seconds(5);
   next.log.level = "debug";
   next.connect.backoff.jitter = 0;
+  next.connect.resource_refresh = std::chrono::milliseconds(250);
   auto summary = DescribeReload(Base(), next);
   REQUIRE(summary.ok());
   CHECK(*summary ==
         "learners +1 -1 ~1; workers ~w +x; call_timeout 60000ms -> 5000ms; "
-        "connect; log.level info -> debug");
+        "connect; resource_refresh 1000ms -> 250ms; log.level info -> debug");
 }
 
 TEST_CASE("Certificates may change on reload; TLS, mTLS and admin.listen not") {

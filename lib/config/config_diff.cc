@@ -156,7 +156,12 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
         "max_inflight_bytes ",
         max_inflight_bytes ? absl::StrCat(*max_inflight_bytes) : "auto"));
   }
-  if (running.connect != connect) changes.push_back("connect");
+  // resource_refresh is written at the top level, so it is named as such.
+  ConnectConfig connect_but_refresh = running.connect;
+  connect_but_refresh.resource_refresh = connect.resource_refresh;
+  if (connect_but_refresh != connect) changes.push_back("connect");
+  Changed("resource_refresh", running.connect.resource_refresh,
+          connect.resource_refresh, &changes);
   if (running.service.on_learner_failure != on_learner_failure) {
     changes.push_back(absl::StrCat("on_learner_failure ",
                                    OnLearnerFailureName(on_learner_failure)));

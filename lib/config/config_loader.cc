@@ -280,12 +280,12 @@ class Parser {
   // the address it clashes with was.
   void CheckAddressClashes(const AggregatorConfig& config) {
     for (const AddressClash& clash : FindAddressClashes(config)) {
-      std::optional<Field> at = FieldOf(clash.user);
-      if (!at) at = FieldOf(clash.other);
-      const std::string name = FieldOf(clash.user)
-                                   ? clash.user_key
-                                   : absl::StrCat(clash.user_key, " (default)");
-      Error(at ? at->mark : YAML::Mark::null_mark(), name, clash.message);
+      const std::optional<Field> written = FieldOf(clash.user);
+      const std::optional<Field> at = written ? written : FieldOf(clash.other);
+      Error(
+          at ? at->mark : YAML::Mark::null_mark(),
+          written ? clash.user_key : absl::StrCat(clash.user_key, " (default)"),
+          clash.message);
     }
   }
 
