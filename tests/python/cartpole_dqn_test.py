@@ -5,7 +5,6 @@ up with the samples sent, and bit-identical replica weights."""
 
 import json
 import os
-import re
 import subprocess
 import sys
 import unittest
@@ -19,18 +18,12 @@ COORDINATOR = "tools/python/examples/cartpole_dqn/coordinator.py"
 def test_config() -> str:
     """The example config on free ports: an ephemeral listen port, two learner ports
     and the gloo store's port."""
-    with open(CONFIG) as f:
-        text = f.read()
     base = testutil.free_port_run(3)
-    replaced = [
+    return testutil.example_config(CONFIG, [
         (r'listen: "127\.0\.0\.1:22280"', 'listen: "127.0.0.1:0"'),
         (r"port_base: 22320", f"port_base: {base}"),
         (r'--dist-port, "22330"', f'--dist-port, "{base + 2}"'),
-    ]
-    for pattern, new in replaced:
-        text, count = re.subn(pattern, new, text)
-        assert count == 1, f"{CONFIG} no longer has {pattern}"
-    return text
+    ])
 
 
 class CartpoleDqnTest(unittest.TestCase):

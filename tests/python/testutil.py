@@ -4,6 +4,7 @@ with deadlines, free ports, and aggregatord as a real process."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -65,6 +66,17 @@ def free_port_run(count: int) -> int:
             for s in sockets:
                 s.close()
     raise AssertionError(f"no {count} consecutive free loopback ports in 100 attempts")
+
+
+def example_config(path: str, replacements) -> str:
+    """The configuration file at `path` with each (regex, text) of `replacements`
+    replaced, each exactly once (an example that changed fails loudly)."""
+    with open(path) as f:
+        text = f.read()
+    for pattern, new in replacements:
+        text, count = re.subn(pattern, new, text)
+        assert count == 1, f"{path} no longer has {pattern}"
+    return text
 
 
 def temp_dir() -> str:
