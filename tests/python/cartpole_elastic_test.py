@@ -24,6 +24,12 @@ def test_config() -> str:
         (r'listen: "127\.0\.0\.1:22280"', 'listen: "127.0.0.1:0"'),
         (r'listen: "127\.0\.0\.1:22284"', 'listen: "127.0.0.1:0"'),
         (r"port_base: 22320", f"port_base: {testutil.free_port_run(3)}"),
+        # A replica killed inside an all-reduce holds the others there until gloo's
+        # timeout; restarted sooner, it would be back before that step fails and the
+        # group would go 3 -> 3 with no step over two. So: a short timeout, and a
+        # restart that waits longer than it.
+        (r'--dist-timeout, "20"', '--dist-timeout, "5"'),
+        (r"backoff: \{initial: 500ms\}", "backoff: {initial: 8s}"),
     ])
 
 
@@ -34,6 +40,16 @@ class CartpoleElasticTest(unittest.TestCase):
         admin = AggregatorClient(daemon.address, admin_address=daemon.admin_address,
                                  timeout=testutil.LONG_WAIT)
         self.addCleanup(admin.close)
+
+        def status_of(name):
+            for learner in admin.status()["learners"]:
+                if learner["id"] == name:
+                    return learner
+            return None
+
+        # All three first (min_learners is 2): the run starts over three, not two.
+        testutil.wait_until(lambda: all((status_of(f"dqn-{i}") or {}).get("state") == "LEARNER_STATE_READY"
+                                        for i in range(3)), "three ready learners")
         summary_path = os.path.join(daemon.directory, "summary.json")
         coordinator = subprocess.Popen(
             [sys.executable, COORDINATOR, "--address", daemon.address, "--seed", "1",
@@ -41,12 +57,6 @@ class CartpoleElasticTest(unittest.TestCase):
              "--elastic", "--summary", summary_path, "--no-progress"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.addCleanup(coordinator.kill)
-
-        def status_of(name):
-            for learner in admin.status()["learners"]:
-                if learner["id"] == name:
-                    return learner
-            return None
 
         # Mid-run: once dqn-2 has trained a while, it dies.
         testutil.wait_until(lambda: (status_of("dqn-2") or {}).get("calls", 0) >= 200,
@@ -59,9 +69,15 @@ class CartpoleElasticTest(unittest.TestCase):
         with open(summary_path) as f:
             summary = json.load(f)
 
-        self.assertEqual(summary["member_counts"], [2, 3])  # 3, then 2, then 3 again
+        counts = [count for _, count in summary["learner_changes"]]
+        self.assertEqual(counts, [3, 2, 3], summary["learner_changes"])
         self.assertGreaterEqual(summary["membership_generations"], 3)
-        self.assertLessEqual(len(summary["lost_steps"]), 2, summary["lost_steps"])
+        # A step the kill hit fails naming the replica (none does when it died between
+        # two steps); at most one more straddles its return.
+        lost = summary["lost_steps"]
+        self.assertLessEqual(len(lost), 2, lost)
+        if lost:
+            self.assertIn("dqn-2", lost[0])
         self.assertTrue(summary["ids_aligned"])
         self.assertTrue(summary["weights_identical_every_step"])
         hashes = summary["final_weights_sha256"]
