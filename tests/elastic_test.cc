@@ -159,8 +159,9 @@ TEST_CASE(
   std::printf("learner-0 back in the plans %.2f s after the kill\n",
               *rejoined_after);
   // Its restart backoff (0.2 s) and the pool's connect backoff (at most
-  // 0.2 s), plus a process start on a loaded machine: not a retry later.
-  CHECK(*rejoined_after < 0.2 + 0.2 + 2.0);
+  // 0.2 s), plus a process start on a loaded machine (2.6 s seen under TSan),
+  // not a later retry.
+  CHECK(*rejoined_after < 0.2 + 0.2 + 5.0);
   CHECK(ok_steps + static_cast<int>(failures.size()) >= 300);
   // Over 4, then 3 from the plan right after the kill, then 4 again.
   CHECK(member_counts == std::set<size_t>{3, 4});
@@ -400,7 +401,7 @@ TEST_CASE(
   std::printf(
       "a step with the straggler: %.1f ms; 3 without it (shrink): %.1f ms\n",
       slow_seconds * 1000, out_seconds * 1000);
-  CHECK(out_seconds < slow_seconds);
+  CHECK(out_seconds / 3 < slow_seconds);  // per step
   const auto standings = server->learner_service().Standings();
   REQUIRE(standings.count("slow") == 1);
   CHECK_THAT(standings.at("slow").why, Catch::Contains("straggler"));
