@@ -96,3 +96,44 @@ TEST_CASE("Certificates may change on reload; TLS, mTLS and admin.listen not") {
   secured.learners[0].tls = aggregator::ClientTlsConfig{};
   CHECK_THAT(*DescribeReload(Base(), secured), Catch::Contains("~1"));
 }
+
+TEST_CASE("Learner sources may change on reload; kept ones by their key") {
+  aggregator::DnsSourceConfig dns;
+  dns.name = "learners.test";
+  dns.port = 22300;
+  aggregator::OrchestratorSourceConfig orchestrator;
+  orchestrator.url = "http://di-server:8080";
+  orchestrator.pod_namespace = "training";
+  orchestrator.name = "aggregator-0";
+  AggregatorConfig running = Base();
+  running.learner_sources = {dns, orchestrator};
+  CHECK(*DescribeReload(running, running) == "no changes");
+
+  AggregatorConfig next = running;
+  std::get<aggregator::DnsSourceConfig>(next.learner_sources[0]).refresh =
+      std::chrono::seconds(1);
+  aggregator::DnsSourceConfig more = dns;
+  more.name = "more.test";
+  next.learner_sources.push_back(more);
+  CHECK(*DescribeReload(running, next) == "learner_sources +1 -0 ~1");
+
+  next = running;
+  std::get<aggregator::OrchestratorSourceConfig>(next.learner_sources[1]).name =
+      "aggregator-1";  // another source: one gone, one new
+  CHECK(*DescribeReload(running, next) == "learner_sources +1 -1 ~0");
+
+  next = running;
+  std::swap(next.learner_sources[0], next.learner_sources[1]);
+  CHECK(*DescribeReload(running, next) == "learner_sources reordered");
+
+  // The discovered learners are called with learner_tls.
+  next = running;
+  next.learner_tls = aggregator::ClientTlsConfig{};
+  CHECK(*DescribeReload(running, next) == "learner_tls");
+}
+
+TEST_CASE("connect.keepalive is a connect change a reload applies") {
+  AggregatorConfig next = Base();
+  next.connect.keepalive_time = std::chrono::seconds(3);
+  CHECK(*DescribeReload(Base(), next) == "connect");
+}

@@ -4,8 +4,10 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -93,6 +95,9 @@ void CheckDefaults(const AggregatorConfig& config) {
         std::vector<std::string>{"learner_step", "buffer_id", "task_id",
                                  "learner_done"});
   CHECK(config.log.level == "info");
+  CHECK(config.connect.keepalive_time == milliseconds(10000));
+  CHECK(config.connect.keepalive_timeout == milliseconds(5000));
+  CHECK(config.learner_sources.empty());
 }
 
 TEST_CASE("An empty or comment-only text is the default configuration",
@@ -366,7 +371,8 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
           "[config]") {
   CHECK(Error("listen: \"127.0.0.1:1\"\nlisten_port: 5\n") ==
         "test.yaml:2:1: listen_port: unknown key; allowed here: listen, tls, "
-        "learner_tls, allow_insecure, admin, learners, workers, min_learners, "
+        "learner_tls, allow_insecure, admin, learners, workers, "
+        "learner_sources, min_learners, "
         "connect, call_timeout, resource_refresh, "
         "drain_timeout, metrics, unix_socket, max_message_bytes, "
         "on_learner_failure, straggler, max_inflight_bytes, "
@@ -1317,6 +1323,219 @@ TEST_CASE("resource_refresh is a duration, 1s by default") {
         milliseconds(250));
   CHECK_THAT(Error("resource_refresh: 5"),
              Contains("resource_refresh: \"5\" has no unit"));
+}
+
+}  // namespace
+}  // namespace aggregator
+
+namespace aggregator {
+namespace {
+
+// Sets an environment variable for one scope (the tests run on one thread).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST_CASE("learner_sources: dns and orchestrator entries, every field",
+          "[config][sources]") {
+  AggregatorConfig config = Parse(R"(
+learner_sources:
+  - dns:
+      name: learners.training.svc.cluster.local
+      port: 22300
+      refresh: 2s
+      timeout: 750ms
+      nameserver: "127.0.0.1:5353"
+  - dns: {name: "other.test.", port: 1}
+  - orchestrator:
+      url: "http://di-server.di-system:8080/"
+      namespace: training
+      name: aggregator-0
+      refresh: 3s
+      timeout: 1s
+      report_failed_after: 90s
+min_learners: 40
+)");
+  REQUIRE(config.learner_sources.size() == 3);
+  const auto& dns = std::get<DnsSourceConfig>(config.learner_sources[0]);
+  CHECK(dns.name == "learners.training.svc.cluster.local");
+  CHECK(dns.port == 22300);
+  CHECK(dns.refresh == milliseconds(2000));
+  CHECK(dns.timeout == milliseconds(750));
+  REQUIRE(dns.nameserver);
+  CHECK(dns.nameserver->ToString() == "127.0.0.1:5353");
+  const auto& other = std::get<DnsSourceConfig>(config.learner_sources[1]);
+  CHECK(other.name == "other.test.");
+  CHECK(other.refresh == milliseconds(5000));
+  CHECK(other.timeout == milliseconds(5000));
+  CHECK_FALSE(other.nameserver);
+  const auto& orchestrator =
+      std::get<OrchestratorSourceConfig>(config.learner_sources[2]);
+  CHECK(orchestrator.url == "http://di-server.di-system:8080");
+  CHECK(orchestrator.pod_namespace == "training");
+  CHECK(orchestrator.name == "aggregator-0");
+  CHECK(orchestrator.refresh == milliseconds(3000));
+  CHECK(orchestrator.timeout == milliseconds(1000));
+  CHECK(orchestrator.report_failed_after == milliseconds(90000));
+  // Discovered learners are not known in advance: min_learners is unbounded.
+  CHECK(config.service.min_learners == 40);
+  CHECK(LearnerSourceKind(config.learner_sources[0]) == std::string("dns"));
+  CHECK(LearnerSourceTarget(config.learner_sources[0]) ==
+        "learners.training.svc.cluster.local:22300 via 127.0.0.1:5353");
+  CHECK(LearnerSourceTarget(config.learner_sources[2]) ==
+        "http://di-server.di-system:8080 training/aggregator-0");
+  // A nameserver without a port is at 53; IPv6 in brackets.
+  CHECK(std::get<DnsSourceConfig>(
+            Parse("learner_sources: [{dns: {name: a.b, port: 1, nameserver: "
+                  "10.96.0.10}}]")
+                .learner_sources[0])
+            .nameserver->ToString() == "10.96.0.10:53");
+  CHECK(std::get<DnsSourceConfig>(
+            Parse("learner_sources: [{dns: {name: a.b, port: 1, nameserver: "
+                  "\"[fd00::a]:5353\"}}]")
+                .learner_sources[0])
+            .nameserver->ToString() == "[fd00::a]:5353");
+}
+
+TEST_CASE("learner_sources: each problem names its field and position",
+          "[config][sources]") {
+  CHECK(Error("learner_sources: [{}]\n") ==
+        "test.yaml:1:19: learner_sources[0]: expected a map of one key, dns "
+        "or orchestrator (e.g. {dns: {name: learners.ns.svc.cluster.local, "
+        "port: 22300}}), got a map of 0 keys");
+  CHECK_THAT(Error("learner_sources:\n  - dns: {name: a, port: 1}\n"
+                   "    orchestrator: {}\n"),
+             StartsWith("test.yaml:2:5: learner_sources[0]: expected a map of "
+                        "one key") &&
+                 Contains("got a map of 2 keys"));
+  CHECK(Error("learner_sources: [{static: []}]\n") ==
+        "test.yaml:1:20: learner_sources[0].static: unknown key; allowed "
+        "here: dns, orchestrator");
+  CHECK(Error("learner_sources: [{dns: {port: 1}}]\n") ==
+        "test.yaml:1:25: learner_sources[0].dns: missing \"name\" (the DNS "
+        "name whose A and AAAA records are the learners, e.g. "
+        "learners.ns.svc.cluster.local)");
+  CHECK(Error("learner_sources: [{dns: {name: a.b}}]\n") ==
+        "test.yaml:1:25: learner_sources[0].dns: missing \"port\" (the "
+        "learners' port, 1 to 65535)");
+  CHECK(Error("learner_sources: [{dns: {name: a.b, port: 70000}}]\n") ==
+        "test.yaml:1:43: learner_sources[0].dns.port: must be from 1 to "
+        "65535, got 70000");
+  CHECK(Error("learner_sources: [{dns: {name: \"a..b\", port: 1}}]\n") ==
+        "test.yaml:1:32: learner_sources[0].dns.name: not a DNS name: "
+        "\"a..b\" (labels of letters, digits, '-' and '_', 1 to 63 "
+        "characters each, separated by '.')");
+  CHECK(Error("learner_sources: [{dns: {name: 10.0.0.1, port: 1}}]\n") ==
+        "test.yaml:1:32: learner_sources[0].dns.name: \"10.0.0.1\" is an "
+        "address, not a name: list it under learners instead");
+  CHECK(Error("learner_sources: [{dns: {name: a, port: 1, refresh: 5}}]\n") ==
+        "test.yaml:1:53: learner_sources[0].dns.refresh: \"5\" has no unit; "
+        "durations need one, e.g. \"5s\" or \"5ms\"");
+  CHECK_THAT(
+      Error(
+          "learner_sources: [{dns: {name: a, port: 1, nameserver: dns.local}}]"
+          "\n"),
+      StartsWith("test.yaml:1:56: learner_sources[0].dns.nameserver: expected "
+                 "a DNS server's IP address with an optional port"));
+  CHECK_THAT(
+      Error("learner_sources:\n  - dns: {name: a.b, port: 1}\n"
+            "  - dns: {name: a.b, port: 2}\n"),
+      StartsWith("test.yaml:3:5: learner_sources[1]: the same source as the "
+                 "one at 2:5 (a.b:2)"));
+  CHECK(Error("learner_sources: {dns: {}}\n") ==
+        "test.yaml:1:18: learner_sources: expected a list, got a map");
+  CHECK_THAT(Error("learner_sources: [{orchestrator: {url: \"ftp://x\", "
+                   "namespace: n, name: a}}]\n"),
+             StartsWith("test.yaml:1:40: learner_sources[0].orchestrator.url: "
+                        "expected an http:// or https:// URL with a host and "
+                        "no query"));
+  CHECK(Error("learner_sources: [{orchestrator: {url: \"http://x\", "
+              "namespace: \"\", name: a}}]\n") ==
+        "test.yaml:1:63: learner_sources[0].orchestrator.namespace: must not "
+        "be empty");
+  CHECK(Error("learner_sources: [{orchestrator: {url: \"http://x\", "
+              "namespace: n, name: a, report_failed_after: 0s}}]\n") ==
+        "test.yaml:1:96: learner_sources[0].orchestrator.report_failed_after: "
+        "must be positive, got \"0s\"");
+}
+
+TEST_CASE(
+    "learner_sources: the orchestrator's defaults come from the "
+    "environment, as in DI-engine",
+    "[config][sources]") {
+  const char* kEntry = "learner_sources: [{orchestrator: {}}]\n";
+  {
+    ScopedEnv url("KUBERNETES_SERVER_URL", nullptr);
+    ScopedEnv ns("KUBERNETES_POD_NAMESPACE", nullptr);
+    ScopedEnv name("KUBERNETES_POD_NAME", nullptr);
+    CHECK(Errors(kEntry) ==
+          std::vector<std::string>{
+              "test.yaml:1:34: learner_sources[0].orchestrator: missing "
+              "\"url\" (the orchestrator's server, e.g. "
+              "http://di-server.di-system:8080); or set KUBERNETES_SERVER_URL",
+              "test.yaml:1:34: learner_sources[0].orchestrator: missing "
+              "\"namespace\" (this aggregator's namespace); or set "
+              "KUBERNETES_POD_NAMESPACE",
+              "test.yaml:1:34: learner_sources[0].orchestrator: missing "
+              "\"name\" (this aggregator's pod name); or set "
+              "KUBERNETES_POD_NAME"});
+  }
+  ScopedEnv url("KUBERNETES_SERVER_URL", "http://di-server.di-system:8080");
+  ScopedEnv ns("KUBERNETES_POD_NAMESPACE", "training");
+  ScopedEnv name("KUBERNETES_POD_NAME", "aggregator-7");
+  const auto from_env =
+      std::get<OrchestratorSourceConfig>(Parse(kEntry).learner_sources[0]);
+  CHECK(from_env.url == "http://di-server.di-system:8080");
+  CHECK(from_env.pod_namespace == "training");
+  CHECK(from_env.name == "aggregator-7");
+  // What is written wins.
+  const auto written = std::get<OrchestratorSourceConfig>(
+      Parse("learner_sources: [{orchestrator: {name: agg}}]")
+          .learner_sources[0]);
+  CHECK(written.name == "agg");
+  CHECK(written.pod_namespace == "training");
+  {
+    ScopedEnv bad("KUBERNETES_SERVER_URL", "di-server:8080");
+    CHECK_THAT(Error(kEntry),
+               StartsWith("test.yaml:1:34: learner_sources[0].orchestrator: "
+                          "expected an http:// or https:// URL") &&
+                   Contains("(from KUBERNETES_SERVER_URL)"));
+  }
+}
+
+TEST_CASE("connect.keepalive: time at least 1s, and a timeout",
+          "[config][keepalive]") {
+  AggregatorConfig config =
+      Parse("connect:\n  keepalive:\n    time: 2s\n    timeout: 500ms\n");
+  CHECK(config.connect.keepalive_time == milliseconds(2000));
+  CHECK(config.connect.keepalive_timeout == milliseconds(500));
+  CHECK(Parse("connect: {keepalive: {timeout: 1s}}").connect.keepalive_time ==
+        milliseconds(10000));
+  CHECK(Error("connect:\n  keepalive:\n    time: 500ms\n") ==
+        "test.yaml:3:11: connect.keepalive.time: must be at least 1s (gRPC "
+        "servers take more frequent pings for abuse), got \"500ms\"");
+  CHECK(Error("connect: {keepalive: {interval: 1s}}\n") ==
+        "test.yaml:1:23: connect.keepalive.interval: unknown key; allowed "
+        "here: time, timeout");
 }
 
 }  // namespace

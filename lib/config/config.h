@@ -20,6 +20,7 @@
 #include <string_view>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "lib/base/backoff.h"
@@ -39,12 +40,22 @@ struct ConnectConfig {
   // resource_refresh (a top-level key): how often a ready learner's resources
   // are asked again, so a child aggregator's change shows in GetResource.
   std::chrono::milliseconds resource_refresh{1000};
+  // connect.keepalive: each learner connection is pinged after `time` without
+  // a ping, and closed when the answer takes longer than `timeout`, so a
+  // learner whose host hangs (stopped, its network gone) leaves the ready set
+  // within about time + timeout, not when a call's deadline passes.
+  std::chrono::milliseconds keepalive_time{10000};    // >= 1s
+  std::chrono::milliseconds keepalive_timeout{5000};  // >= 1ms
 
   bool operator==(const ConnectConfig& other) const {
-    const auto& [a_timeout, a_attempt, a_backoff, a_refresh] = *this;
-    const auto& [b_timeout, b_attempt, b_backoff, b_refresh] = other;
-    return std::tie(a_timeout, a_attempt, a_backoff, a_refresh) ==
-           std::tie(b_timeout, b_attempt, b_backoff, b_refresh);
+    const auto& [a_timeout, a_attempt, a_backoff, a_refresh, a_ping,
+                 a_ping_timeout] = *this;
+    const auto& [b_timeout, b_attempt, b_backoff, b_refresh, b_ping,
+                 b_ping_timeout] = other;
+    return std::tie(a_timeout, a_attempt, a_backoff, a_refresh, a_ping,
+                    a_ping_timeout) == std::tie(b_timeout, b_attempt, b_backoff,
+                                                b_refresh, b_ping,
+                                                b_ping_timeout);
   }
   bool operator!=(const ConnectConfig& other) const {
     return !(*this == other);
@@ -118,6 +129,75 @@ struct LearnerEndpoint {
     return !(*this == other);
   }
 };
+
+// learner_sources[].dns: one learner per A and AAAA record of `name`, at
+// `port`, with the address as its id ("10.0.0.3:22300", "[fd00::3]:22300").
+struct DnsSourceConfig {
+  std::string name;  // a DNS name, not an address; required
+  int port = 0;      // 1..65535; required
+  // How often the name is resolved again (from the start of one lookup to
+  // the start of the next), and the longest one lookup may take.
+  std::chrono::milliseconds refresh{5000};
+  std::chrono::milliseconds timeout{5000};
+  // The DNS server asked ("10.96.0.10:53", an IP address); none: the
+  // system's (/etc/resolv.conf, with its search domains).
+  std::optional<HostPort> nameserver;
+
+  bool operator==(const DnsSourceConfig& other) const {
+    const auto& [a_name, a_port, a_refresh, a_timeout, a_server] = *this;
+    const auto& [b_name, b_port, b_refresh, b_timeout, b_server] = other;
+    return std::tie(a_name, a_port, a_refresh, a_timeout, a_server) ==
+           std::tie(b_name, b_port, b_refresh, b_timeout, b_server);
+  }
+  bool operator!=(const DnsSourceConfig& other) const {
+    return !(*this == other);
+  }
+};
+
+// learner_sources[].orchestrator: the learners DI-orchestrator lists for this
+// aggregator (GET {url}/v1alpha1/replicas?namespace=NS&aggregator=NAME), each
+// with its address as its id; failed ones are reported to it
+// (POST {url}/v1alpha1/replicas/failed) so it replaces their pods.
+struct OrchestratorSourceConfig {
+  // The server, "http://di-server.di-system:8080" (no trailing '/'); when not
+  // written, $KUBERNETES_SERVER_URL.
+  std::string url;
+  // This aggregator's namespace and pod name as the orchestrator knows them;
+  // when not written, $KUBERNETES_POD_NAMESPACE and $KUBERNETES_POD_NAME.
+  std::string pod_namespace;
+  std::string name;
+  std::chrono::milliseconds refresh{5000};
+  std::chrono::milliseconds timeout{5000};  // the longest one request may take
+  // A learner of this source that stays failed this long is reported, once
+  // per failure episode.
+  std::chrono::milliseconds report_failed_after{60000};
+
+  bool operator==(const OrchestratorSourceConfig& other) const {
+    const auto& [a_url, a_ns, a_name, a_refresh, a_timeout, a_report] = *this;
+    const auto& [b_url, b_ns, b_name, b_refresh, b_timeout, b_report] = other;
+    return std::tie(a_url, a_ns, a_name, a_refresh, a_timeout, a_report) ==
+           std::tie(b_url, b_ns, b_name, b_refresh, b_timeout, b_report);
+  }
+  bool operator!=(const OrchestratorSourceConfig& other) const {
+    return !(*this == other);
+  }
+};
+
+// One entry of `learner_sources:`: where learners are discovered while the
+// daemon runs, besides `learners:` and the learner workers.
+using LearnerSourceConfig =
+    std::variant<DnsSourceConfig, OrchestratorSourceConfig>;
+
+// "dns" or "orchestrator".
+const char* LearnerSourceKind(const LearnerSourceConfig& source);
+// What it asks, for logs and status: "learners.ns.svc:22300" (with " via
+// 10.96.0.10:53" for a nameserver), "http://di-server:8080 ns/aggregator-0".
+std::string LearnerSourceTarget(const LearnerSourceConfig& source);
+// Which source it is, whatever its other settings: its kind and the name it
+// resolves, or the orchestrator's url, namespace and name. Two entries of one
+// configuration never share it; a reload keeps a source (and its learners)
+// whose key stays, applying its other settings in place.
+std::string LearnerSourceKey(const LearnerSourceConfig& source);
 
 // What a worker replica's restart policy does when its process exits.
 enum class RestartPolicy {
@@ -229,7 +309,8 @@ struct StragglerConfig {
 struct ServiceConfig {
   // min_learners: ready learners needed before the daemon serves (and for
   // StartTask, GetData, Learn to proceed). 0 <= min_learners <= number of
-  // learners plus replicas of learner workers.
+  // learners plus replicas of learner workers (no bound with learner_sources,
+  // whose learners are not known in advance).
   int min_learners = 1;
   // call_timeout: the deadline of every call to a learner (tightened by the
   // caller's own deadline).
@@ -296,6 +377,9 @@ struct AggregatorConfig {
   std::vector<LearnerEndpoint> learners;
   // Local worker processes the daemon runs; learner workers join `learners`.
   std::vector<WorkerSpec> workers;
+  // Where more learners are discovered while running; theirs join the pool
+  // after `learners` and the learner workers.
+  std::vector<LearnerSourceConfig> learner_sources;
   ServiceConfig service;
   ConnectConfig connect;
   // Largest message sent or received, on both sides. An integer or "512MiB"

@@ -87,6 +87,40 @@ void DescribeWorkers(const std::vector<WorkerSpec>& running,
   }
 }
 
+// "learner_sources +1 -0 ~1": sources added, removed, and kept (same key)
+// with other settings; or "learner_sources reordered".
+void DescribeSources(const std::vector<LearnerSourceConfig>& running,
+                     const std::vector<LearnerSourceConfig>& next,
+                     std::vector<std::string>* out) {
+  auto find = [](const std::vector<LearnerSourceConfig>& in,
+                 const std::string& key) {
+    return std::find_if(in.begin(), in.end(),
+                        [&](const LearnerSourceConfig& source) {
+                          return LearnerSourceKey(source) == key;
+                        });
+  };
+  int added = 0;
+  int removed = 0;
+  int changed = 0;
+  for (const LearnerSourceConfig& source : next) {
+    auto same = find(running, LearnerSourceKey(source));
+    if (same == running.end()) {
+      ++added;
+    } else if (*same != source) {
+      ++changed;
+    }
+  }
+  for (const LearnerSourceConfig& source : running) {
+    if (find(next, LearnerSourceKey(source)) == next.end()) ++removed;
+  }
+  if (added + removed + changed > 0) {
+    out->push_back(
+        absl::StrCat("learner_sources +", added, " -", removed, " ~", changed));
+  } else if (running != next) {
+    out->push_back("learner_sources reordered");
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
@@ -94,10 +128,10 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   // Every field is named here, so one added to AggregatorConfig stops this
   // compiling until it is classed as frozen (needs a restart) or described.
   const auto& [source, listen, tls, learner_tls, allow_insecure, admin,
-               learners, workers, service, connect, max_message_bytes, log,
-               drain_timeout, metrics, unix_socket] = next;
-  (void)source;       // where it came from, not what it says
-  (void)learner_tls;  // already applied to each of `learners`
+               learners, workers, learner_sources, service, connect,
+               max_message_bytes, log, drain_timeout, metrics, unix_socket] =
+      next;
+  (void)source;  // where it came from, not what it says
 
   std::vector<std::string> frozen;
   if (running.listen != listen) {
@@ -146,6 +180,12 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   }
   DescribeLearners(running.learners, learners, &changes);
   DescribeWorkers(running.workers, workers, &changes);
+  DescribeSources(running.learner_sources, learner_sources, &changes);
+  // Already applied to each of `learners` (and described there); the
+  // discovered learners take it from here.
+  if (!learner_sources.empty() && running.learner_tls != learner_tls) {
+    changes.push_back("learner_tls");
+  }
   const auto& [min_learners, call_timeout, merge, max_inflight_bytes,
                on_learner_failure, straggler] = service;
   Changed("min_learners", running.service.min_learners, min_learners, &changes);

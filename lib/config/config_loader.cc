@@ -1,5 +1,6 @@
 #include "lib/config/config_loader.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -20,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -27,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
@@ -56,6 +60,9 @@ constexpr int kMaxPort = 65535;
 // Every replica may need a port of its own.
 constexpr int kMaxReplicas = kMaxPort;
 constexpr char kPortPlaceholder[] = "{port}";
+// gRPC servers' default policy refuses pings more often than every 5 minutes
+// (without calls); ours and the documented settings accept one a second.
+constexpr std::chrono::milliseconds kMinKeepaliveTime{1000};
 
 // One value of the document: its node, where errors about it point, and its
 // path ("learners[2].address"; empty for the whole document).
@@ -85,6 +92,13 @@ std::string Quote(absl::string_view text) {
 
 std::string Position(const YAML::Mark& mark) {
   return absl::StrCat(mark.line + 1, ":", mark.column + 1);
+}
+
+// A numeric IPv4 or IPv6 address (no brackets).
+bool IsIpAddress(const std::string& text) {
+  in6_addr address;
+  return inet_pton(AF_INET, text.c_str(), &address) == 1 ||
+         inet_pton(AF_INET6, text.c_str(), &address) == 1;
 }
 
 bool IsWorkerNameChar(char c) {
@@ -393,6 +407,10 @@ class Parser {
              [&](const Field& f) { ReadLearners(f, &config->learners); }},
             {"workers",
              [&](const Field& f) { ReadWorkers(f, &config->workers); }},
+            {"learner_sources",
+             [&](const Field& f) {
+               ReadLearnerSources(f, &config->learner_sources);
+             }},
             {"min_learners",
              [&](const Field& f) {
                if (ReadInt(f, 0, INT_MAX, &service.min_learners)) {
@@ -482,6 +500,8 @@ class Parser {
   // Only a written min_learners is checked: the default 1 with no learners
   // listed is kept, since learners may also join later (reload).
   void CheckMinLearners(const Field& field, const AggregatorConfig& config) {
+    // Discovered learners are not known in advance.
+    if (!config.learner_sources.empty()) return;
     int64_t worker_learners = 0;
     for (const WorkerSpec& worker : config.workers) {
       if (worker.learner) worker_learners += worker.replicas;
@@ -738,19 +758,250 @@ class Parser {
   }
 
   void ReadConnect(const Field& field, ConnectConfig* connect) {
-    ReadMap(field,
-            {
-                {"timeout",
-                 [&](const Field& f) { ReadDuration(f, &connect->timeout); }},
-                {"attempt_timeout",
-                 [&](const Field& f) {
-                   ReadDuration(f, &connect->attempt_timeout);
-                 }},
-                {"backoff",
-                 [&](const Field& f) {
-                   ReadBackoff(f, /*with_jitter=*/true, &connect->backoff);
-                 }},
-            });
+    ReadMap(
+        field,
+        {
+            {"timeout",
+             [&](const Field& f) { ReadDuration(f, &connect->timeout); }},
+            {"attempt_timeout",
+             [&](const Field& f) {
+               ReadDuration(f, &connect->attempt_timeout);
+             }},
+            {"backoff",
+             [&](const Field& f) {
+               ReadBackoff(f, /*with_jitter=*/true, &connect->backoff);
+             }},
+            {"keepalive", [&](const Field& f) { ReadKeepalive(f, connect); }},
+        });
+  }
+
+  // connect.keepalive: {time, timeout}.
+  void ReadKeepalive(const Field& field, ConnectConfig* connect) {
+    ReadMap(
+        field,
+        {
+            {"time",
+             [&](const Field& f) {
+               std::chrono::milliseconds time{0};
+               if (!ReadDuration(f, &time)) return;
+               if (time < kMinKeepaliveTime) {
+                 Error(f, absl::StrCat("must be at least 1s (gRPC servers take "
+                                       "more frequent pings for abuse), got ",
+                                       Quote(f.node.Scalar())));
+                 return;
+               }
+               connect->keepalive_time = time;
+             }},
+            {"timeout",
+             [&](const Field& f) {
+               ReadDuration(f, &connect->keepalive_timeout);
+             }},
+        });
+  }
+
+  // learner_sources: a list of maps of one key, {dns: {...}} or
+  // {orchestrator: {...}}; no two of the same source.
+  void ReadLearnerSources(const Field& field,
+                          std::vector<LearnerSourceConfig>* sources) {
+    sources->clear();
+    // Each source's key and where it was first written.
+    std::map<std::string, YAML::Mark> first_use;
+    ReadList(field, [&](const Field& item) {
+      if (!item.node.IsMap() || item.node.size() != 1) {
+        Error(item,
+              absl::StrCat(
+                  "expected a map of one key, dns or orchestrator "
+                  "(e.g. {dns: {name: learners.ns.svc.cluster.local, "
+                  "port: 22300}}), got ",
+                  item.node.IsMap()
+                      ? absl::StrCat("a map of ", item.node.size(), " keys")
+                      : Describe(item.node)));
+        return;
+      }
+      std::optional<LearnerSourceConfig> source;
+      ReadMap(item,
+              {{"dns", [&](const Field& f) { source = ReadDnsSource(f); }},
+               {"orchestrator",
+                [&](const Field& f) { source = ReadOrchestratorSource(f); }}});
+      if (!source) return;
+      auto [first, inserted] =
+          first_use.emplace(LearnerSourceKey(*source), item.mark);
+      if (!inserted) {
+        Error(item, absl::StrCat("the same source as the one at ",
+                                 Position(first->second), " (",
+                                 LearnerSourceTarget(*source), ")"));
+        return;
+      }
+      sources->push_back(*std::move(source));
+    });
+  }
+
+  // learner_sources[].dns; nullopt when its name is missing or invalid.
+  std::optional<LearnerSourceConfig> ReadDnsSource(const Field& field) {
+    DnsSourceConfig dns;
+    std::optional<Field> name;
+    std::optional<Field> port;
+    ReadMap(
+        field,
+        {
+            {"name", [&](const Field& f) { name = f; }},
+            {"port", [&](const Field& f) { port = f; }},
+            {"refresh", [&](const Field& f) { ReadDuration(f, &dns.refresh); }},
+            {"timeout", [&](const Field& f) { ReadDuration(f, &dns.timeout); }},
+            {"nameserver",
+             [&](const Field& f) { ReadNameserver(f, &dns.nameserver); }},
+        });
+    if (!port) {
+      Error(field, "missing \"port\" (the learners' port, 1 to 65535)");
+    } else {
+      ReadInt(*port, 1, kMaxPort, &dns.port);
+    }
+    if (!name) {
+      Error(field,
+            "missing \"name\" (the DNS name whose A and AAAA records are "
+            "the learners, e.g. learners.ns.svc.cluster.local)");
+      return std::nullopt;
+    }
+    if (!ReadDnsName(*name, &dns.name)) return std::nullopt;
+    return dns;
+  }
+
+  // A DNS name: labels of letters, digits, '-' and '_', 1 to 63 characters
+  // each, 253 in all (a final '.' allowed); not an address.
+  bool ReadDnsName(const Field& field, std::string* out) {
+    std::string name;
+    if (!ReadString(field, &name)) return false;
+    absl::string_view labels = absl::StripSuffix(name, ".");
+    if (IsIpAddress(name)) {
+      Error(field, absl::StrCat(Quote(name),
+                                " is an address, not a name: list it under "
+                                "learners instead"));
+      return false;
+    }
+    const bool valid =
+        !labels.empty() && labels.size() <= 253 &&
+        absl::c_all_of(absl::StrSplit(labels, '.'), [](absl::string_view l) {
+          return !l.empty() && l.size() <= 63 &&
+                 std::all_of(l.begin(), l.end(), [](char c) {
+                   return absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                          c == '-' || c == '_';
+                 });
+        });
+    if (!valid) {
+      Error(field, absl::StrCat("not a DNS name: ", Quote(name),
+                                " (labels of letters, digits, '-' and '_', "
+                                "1 to 63 characters each, separated by '.')"));
+      return false;
+    }
+    *out = std::move(name);
+    return true;
+  }
+
+  // dns.nameserver: an IP address with an optional port (default 53).
+  void ReadNameserver(const Field& field, std::optional<HostPort>* out) {
+    std::string text;
+    if (!ReadString(field, &text)) return;
+    absl::StatusOr<HostPort> address =
+        IsIpAddress(text) ? HostPort::Tcp(text, 53)
+                          : HostPort::Parse(text, /*allow_port_zero=*/false);
+    if (!address.ok() || address->is_unix() || !IsIpAddress(address->host)) {
+      Error(field, absl::StrCat("expected a DNS server's IP address with an "
+                                "optional port (\"10.96.0.10\", "
+                                "\"127.0.0.1:5353\", \"[fd00::a]:53\"), got ",
+                                Quote(text)));
+      return;
+    }
+    *out = *std::move(address);
+  }
+
+  // learner_sources[].orchestrator; nullopt when url, namespace or name is
+  // missing (and not in the environment) or invalid.
+  std::optional<LearnerSourceConfig> ReadOrchestratorSource(
+      const Field& field) {
+    OrchestratorSourceConfig orchestrator;
+    std::optional<Field> url;
+    std::optional<Field> pod_namespace;
+    std::optional<Field> name;
+    ReadMap(
+        field,
+        {
+            {"url", [&](const Field& f) { url = f; }},
+            {"namespace", [&](const Field& f) { pod_namespace = f; }},
+            {"name", [&](const Field& f) { name = f; }},
+            {"refresh",
+             [&](const Field& f) { ReadDuration(f, &orchestrator.refresh); }},
+            {"timeout",
+             [&](const Field& f) { ReadDuration(f, &orchestrator.timeout); }},
+            {"report_failed_after",
+             [&](const Field& f) {
+               ReadDuration(f, &orchestrator.report_failed_after);
+             }},
+        });
+    // Each is read (and reported) even when one before it failed.
+    bool ok = ReadUrl(field, url, "KUBERNETES_SERVER_URL", &orchestrator.url);
+    ok = ReadWrittenOrEnv(
+             field, pod_namespace, "namespace", "KUBERNETES_POD_NAMESPACE",
+             "this aggregator's namespace", &orchestrator.pod_namespace) &&
+         ok;
+    ok = ReadWrittenOrEnv(field, name, "name", "KUBERNETES_POD_NAME",
+                          "this aggregator's pod name", &orchestrator.name) &&
+         ok;
+    if (!ok) return std::nullopt;
+    return orchestrator;
+  }
+
+  // A non-empty string written at `written`, else the value of $`env` when it
+  // is set and not empty (the DI-engine original's defaults).
+  bool ReadWrittenOrEnv(const Field& section,
+                        const std::optional<Field>& written, const char* key,
+                        const char* env, const char* what, std::string* out) {
+    if (written) {
+      if (!ReadString(*written, out)) return false;
+      if (out->empty()) {
+        Error(*written, "must not be empty");
+        return false;
+      }
+      return true;
+    }
+    const char* value = std::getenv(env);
+    if (value == nullptr || *value == '\0') {
+      Error(section,
+            absl::StrCat("missing \"", key, "\" (", what, "); or set ", env));
+      return false;
+    }
+    *out = value;
+    return true;
+  }
+
+  // orchestrator.url, or $`env`: http:// or https://, a host, no query; a
+  // final '/' is dropped.
+  bool ReadUrl(const Field& section, const std::optional<Field>& written,
+               const char* env, std::string* out) {
+    std::string url;
+    if (!ReadWrittenOrEnv(section, written, "url", env,
+                          "the orchestrator's server, e.g. "
+                          "http://di-server.di-system:8080",
+                          &url)) {
+      return false;
+    }
+    absl::string_view rest = url;
+    const bool scheme = absl::ConsumePrefix(&rest, "http://") ||
+                        absl::ConsumePrefix(&rest, "https://");
+    const bool clean = std::none_of(url.begin(), url.end(), [](char c) {
+      return static_cast<unsigned char>(c) <= 0x20 || c == '?' || c == '#';
+    });
+    if (!scheme || rest.empty() || rest[0] == '/' || !clean) {
+      const std::string what = written ? "" : absl::StrCat(" (from ", env, ")");
+      Error(written ? *written : section,
+            absl::StrCat("expected an http:// or https:// URL with a host and "
+                         "no query, e.g. \"http://di-server.di-system:8080\", "
+                         "got ",
+                         Quote(url), what));
+      return false;
+    }
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    *out = std::move(url);
+    return true;
   }
 
   // connect.backoff and workers[].backoff; only the first has `jitter`.
