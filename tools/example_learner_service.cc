@@ -279,6 +279,11 @@ absl::StatusOr<std::unique_ptr<ExampleLearnerServer>> StartExampleLearner(
   builder.SetMaxSendMessageSize(limit);
   // A second learner on the same port must fail to bind, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Aggregators ping their learners (connect.keepalive, at least 1s apart) to
+  // notice a hung host: accept that, with or without calls open.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddListeningPort(
       address,
       credentials != nullptr ? credentials : grpc::InsecureServerCredentials(),

@@ -48,7 +48,8 @@ const char* LearnerStateName(LearnerState state) {
   return "unknown";
 }
 
-grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes) {
+grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes,
+                                               const ConnectConfig& connect) {
   grpc::ChannelArguments args;
   const int limit =
       static_cast<int>(std::min<int64_t>(max_message_bytes, INT_MAX));
@@ -56,6 +57,17 @@ grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes) {
   args.SetMaxSendMessageSize(limit);
   // Never drop an idle connection: an idle learner is still a ready learner.
   args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, INT_MAX);
+  // Pings find a learner whose host hangs: an unanswered one closes the
+  // connection, which the ready watch sees at once. Idle connections are
+  // pinged too, and without limit (gRPC's default stops after two pings
+  // without data, and would let a hung host go unnoticed).
+  auto clamp = [](std::chrono::milliseconds ms) {
+    return static_cast<int>(std::min<int64_t>(ms.count(), INT_MAX));
+  };
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, clamp(connect.keepalive_time));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, clamp(connect.keepalive_timeout));
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return args;
 }
 
@@ -262,7 +274,8 @@ void LearnerPool::Handle(Event* event, bool ok) {
 void LearnerPool::StartAttempt(Learner* learner) {
   ++learner->attempts;
   learner->token = next_token_++;
-  grpc::ChannelArguments args = LearnerChannelArguments(max_message_bytes_);
+  grpc::ChannelArguments args =
+      LearnerChannelArguments(max_message_bytes_, connect_);
   // A fresh subchannel per attempt: our backoff decides when to retry.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,

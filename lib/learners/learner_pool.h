@@ -97,8 +97,9 @@ struct LearnerPoolHooks {
 };
 
 // Channel arguments used for every learner channel (message sizes, no idle
-// timeout).
-grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes);
+// timeout, connect.keepalive's pings).
+grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes,
+                                               const ConnectConfig& connect);
 
 class LearnerPool {
  public:

@@ -85,6 +85,24 @@ void SetListenerOptions(const AggregatorConfig& config,
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                               kKeepaliveTimeoutMs);
+  // A parent aggregator pings its learners, this one among them
+  // (connect.keepalive, at least 1s apart): accept that, with or without
+  // calls open.
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+}
+
+// Learners on gRPC's default ping policy close a connection pinged more than
+// twice without data in between; the resource refreshes are that data.
+void WarnIfPingsRefused(const ConnectConfig& connect) {
+  if (connect.resource_refresh < connect.keepalive_time) return;
+  spdlog::warn(
+      "resource_refresh ({}ms) is not shorter than connect.keepalive.time "
+      "({}ms): learners on gRPC's default ping policy will close their "
+      "connections for too many pings (the example learner, the Python SDK "
+      "and aggregatord accept them)",
+      connect.resource_refresh.count(), connect.keepalive_time.count());
 }
 
 }  // namespace
@@ -230,6 +248,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
                self->aggregator_id_);
   spdlog::info("Learn batches in flight are bounded by {}",
                self->learner_service_->DescribeInflightLimit());
+  WarnIfPingsRefused(config.connect);
   self->UpdateLearners();
   return self;
 }
@@ -376,6 +395,7 @@ absl::StatusOr<ReloadResult> AggregatorServer::Reload(
   }
   min_learners_ = next.service.min_learners;
   pool_->SetConnectConfig(next.connect);
+  WarnIfPingsRefused(next.connect);
   learner_service_->SetConfig(next.service);
   if (absl::Status applied = workers_->Apply(next.workers); !applied.ok()) {
     // The file was valid; a worker that cannot start is reported by its

@@ -166,6 +166,10 @@ class LearnerServer:
             ("grpc.max_receive_message_length", self._max_message_bytes),
             # A port another process holds must fail to bind, not be shared.
             ("grpc.so_reuseport", 0),
+            # Aggregators ping their learners (connect.keepalive, at least 1 s apart)
+            # to notice a hung host: accept that, with or without calls open.
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 1000),
         ]
 
     def _credentials(self) -> Optional[grpc.ServerCredentials]:
