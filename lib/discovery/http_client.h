@@ -1,0 +1,39 @@
+// HttpCall: one HTTP request to a server that may be slow, hang, or answer
+// with anything, through cpp-httplib's client. It ends by limits.deadline
+// (DEADLINE_EXCEEDED) or within 50 ms of limits.stop (CANCELLED), whatever the
+// server does: a guard thread cuts the connection then, so neither a silent
+// server nor one that trickles its answer byte by byte holds the caller. At
+// most 4 MiB of the answer is read (RESOURCE_EXHAUSTED past that). Proxy
+// variables of the environment are not used.
+//
+// Thread-safety: calls are independent; any thread.
+#ifndef LIB_DISCOVERY_HTTP_CLIENT_H_
+#define LIB_DISCOVERY_HTTP_CLIENT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "lib/discovery/learner_source.h"
+
+namespace aggregator {
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+// `method` "GET" or "POST"; `url` "http(s)://host[:port]/path?query"; a
+// non-empty `json_body` is sent as application/json. Any reply the server
+// completes is returned, whatever its status: the caller judges it.
+absl::StatusOr<HttpReply> HttpCall(const std::string& method,
+                                   const std::string& url,
+                                   const std::string& json_body,
+                                   const RequestLimits& limits);
+
+// `text` percent-encoded for a URL's query (RFC 3986 unreserved kept).
+std::string UrlEncode(absl::string_view text);
+
+}  // namespace aggregator
+
+#endif  // LIB_DISCOVERY_HTTP_CLIENT_H_

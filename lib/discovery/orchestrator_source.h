@@ -1,0 +1,55 @@
+// OrchestratorSource: learner_sources[].orchestrator, DI-orchestrator's
+// replica API as DI-engine's LearnerAggregator used it:
+//   GET  {url}/v1alpha1/replicas?namespace=NS&aggregator=NAME
+//        -> {"success": true, "code": 0, "message": "...", "data":
+//            {"namespace", "coordinator", "collectors": [...],
+//             "learners": ["<pod>.<namespace>:<port>", ...]}}
+//   POST {url}/v1alpha1/replicas/failed
+//        {"namespace": NS, "coordinator": NAME, "collectors": [],
+//         "learners": [pod names]}
+// A reply that is not HTTP 200, not JSON, not of that shape, or says
+// "success": false is an error naming what was wrong.
+//
+// Thread-safety: one call at a time (the loop's thread for this source).
+#ifndef LIB_DISCOVERY_ORCHESTRATOR_SOURCE_H_
+#define LIB_DISCOVERY_ORCHESTRATOR_SOURCE_H_
+
+#include <string>
+#include <vector>
+
+#include "lib/config/config.h"
+#include "lib/discovery/http_client.h"
+#include "lib/discovery/learner_source.h"
+
+namespace aggregator {
+
+class OrchestratorSource : public LearnerSource {
+ public:
+  explicit OrchestratorSource(OrchestratorSourceConfig config);
+
+  absl::StatusOr<std::vector<HostPort>> Fetch(
+      const RequestLimits& limits) override;
+  bool ReportsFailed() const override { return true; }
+  // The learners by pod name (PodName), as the orchestrator deletes pods.
+  absl::Status ReportFailed(const std::vector<HostPort>& learners,
+                            const RequestLimits& limits) override;
+
+ private:
+  const OrchestratorSourceConfig config_;
+};
+
+// The learners of a replicas reply, or why the reply is not one.
+absl::StatusOr<std::vector<HostPort>> ParseReplicasReply(
+    const HttpReply& reply);
+
+// A failed-replicas reply's verdict: OK, or why it is not a success.
+absl::Status ParseFailedReply(const HttpReply& reply);
+
+// The pod of a learner address "<pod>.<namespace>:<port>": its host without
+// ".<namespace>" (what DI-orchestrator's failed-replica API looks pods up
+// by); a host of another form is sent as it is.
+std::string PodName(const HostPort& learner, const std::string& pod_namespace);
+
+}  // namespace aggregator
+
+#endif  // LIB_DISCOVERY_ORCHESTRATOR_SOURCE_H_
