@@ -8,8 +8,10 @@
 //     resource | start [--task-info FILE.json] | demand | close
 //     learn --samples N --bytes B [--plan-id ID]
 //     run --steps K [--bytes B]      GetData -> Learn K times, with a summary
-//     status                         learners and workers (AggregatorAdmin)
-//     health [--service NAME]        exit 0 when SERVING, 1 otherwise (probes)
+//     status                         learners, workers and learner sources
+//                                    (AggregatorAdmin)
+//     health [--service NAME] [--live]  exit 0 when SERVING (--live: when it
+//                                    answers at all), 1 otherwise (probes)
 //     reload                         re-read the configuration file
 // status and reload go to --admin (the daemon's admin.listen; default:
 // --target's host at 22274, the default admin.listen), the others to
@@ -30,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
@@ -55,6 +58,7 @@ struct Options {
   std::string plan_id;
   int64_t steps = 10;
   std::string health_service;
+  bool health_live = false;
 };
 
 std::unique_ptr<grpc::ClientContext> Context(const Options& options) {
@@ -179,6 +183,33 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
                   worker.restarts(), worker.last_error().c_str());
     }
   }
+  if (status.sources_size() > 0) {
+    // REFRESHED: how long ago its last successful refresh ended; ERRORS:
+    // failed refreshes of all; REPORTED: learners reported failed to it.
+    std::printf("\n%-12s %-44s %8s %10s %11s %8s  %s\n", "SOURCE", "TARGET",
+                "LEARNERS", "REFRESHED", "ERRORS", "REPORTED", "LAST ERROR");
+    for (const auto& source : status.sources()) {
+      const std::string refreshed =
+          source.has_since_last_refresh()
+              ? absl::StrFormat("%.1fs ago",
+                                source.since_last_refresh().seconds() +
+                                    source.since_last_refresh().nanos() / 1e9)
+              : "never";
+      const std::string errors =
+          absl::StrFormat("%d/%d", source.errors(), source.refreshes());
+      std::printf("%-12s %-44s %8d %10s %11s %8lld  %s\n",
+                  source.kind().c_str(), source.target().c_str(),
+                  source.members_size(), refreshed.c_str(), errors.c_str(),
+                  static_cast<long long>(source.reported_failed()),
+                  source.last_error().c_str());
+      if (source.members_size() > 0) {
+        std::vector<std::string> members(source.members().begin(),
+                                         source.members().end());
+        std::printf("%-12s learners: %s\n", "",
+                    absl::StrJoin(members, ", ").c_str());
+      }
+    }
+  }
   return 0;
 }
 
@@ -193,7 +224,9 @@ int Health(const std::shared_ptr<grpc::Channel>& channel,
   std::printf("%s\n", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
                           response.status())
                           .c_str());
-  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING
+  return options.health_live ||
+                 response.status() ==
+                     grpc::health::v1::HealthCheckResponse::SERVING
              ? 0
              : 1;
 }
@@ -278,7 +311,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   run->add_option("--bytes", options.bytes, "bytes of data per sample")
       ->check(CLI::NonNegativeNumber);
-  auto* status = app.add_subcommand("status", "learners and workers");
+  auto* status =
+      app.add_subcommand("status", "learners, workers and learner sources");
   auto* reload = app.add_subcommand(
       "reload", "re-read the aggregator's configuration file");
   auto* health = app.add_subcommand(
@@ -286,6 +320,10 @@ int main(int argc, char** argv) {
   health->add_option("--service", options.health_service,
                      "a service name, e.g. aggregator.v1.Learner (default: "
                      "the whole server)");
+  health->add_flag("--live", options.health_live,
+                   "exit 0 when the aggregator answers at all, SERVING or not "
+                   "(a liveness probe: not serving for want of learners is "
+                   "no reason to restart it)");
   CLI11_PARSE(app, argc, argv);
   // Status and reload go to the daemon --target names, never to another one
   // that happens to hold the default admin port.

@@ -1,5 +1,7 @@
 #include "lib/ops/aggregator_metrics.h"
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -12,6 +14,11 @@ namespace {
 
 std::string CodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// Counters only go up: adds what happened since the last scrape.
+void CountTo(prometheus::Counter& counter, double total) {
+  if (total > counter.Value()) counter.Increment(total - counter.Value());
 }
 
 // Latency buckets in seconds, 100 us .. 60 s.
@@ -106,7 +113,27 @@ AggregatorMetrics::AggregatorMetrics()
           prometheus::BuildGauge()
               .Name("aggregator_membership_generation")
               .Help("Changes of the set of learners plans are split over.")
-              .Register(*registry_)) {
+              .Register(*registry_)),
+      source_refreshes_(prometheus::BuildCounter()
+                            .Name("aggregator_source_refreshes_total")
+                            .Help("Refreshes of each learner source (DNS "
+                                  "lookups, orchestrator requests), failed "
+                                  "ones included.")
+                            .Register(*registry_)),
+      source_errors_(prometheus::BuildCounter()
+                         .Name("aggregator_source_errors_total")
+                         .Help("Refreshes of each learner source that failed "
+                               "(it kept its last learners).")
+                         .Register(*registry_)),
+      source_learners_(prometheus::BuildGauge()
+                           .Name("aggregator_source_learners")
+                           .Help("Learners each learner source lists.")
+                           .Register(*registry_)),
+      source_reports_(prometheus::BuildCounter()
+                          .Name("aggregator_source_failed_reports_total")
+                          .Help("Learners reported failed to each learner "
+                                "source (DI-orchestrator replaces them).")
+                          .Register(*registry_)) {
   prometheus::BuildGauge()
       .Name("aggregator_build_info")
       .Help("Always 1; the version of aggregatord that serves.")
@@ -166,10 +193,20 @@ void AggregatorMetrics::SetLearners(const std::string& state, double count) {
 
 void AggregatorMetrics::SetWorkerRestarts(const std::string& worker, int index,
                                           double restarts) {
-  prometheus::Counter& counter = worker_restarts_.Add(
-      {{"worker", worker}, {"index", std::to_string(index)}});
-  // Counters only go up: add what happened since the last scrape.
-  if (restarts > counter.Value()) counter.Increment(restarts - counter.Value());
+  CountTo(worker_restarts_.Add(
+              {{"worker", worker}, {"index", std::to_string(index)}}),
+          restarts);
+}
+
+void AggregatorMetrics::SetSource(const std::string& kind,
+                                  const std::string& target,
+                                  const SourceFigures& figures) {
+  const std::map<std::string, std::string> labels = {{"kind", kind},
+                                                     {"target", target}};
+  CountTo(source_refreshes_.Add(labels), figures.refreshes);
+  CountTo(source_errors_.Add(labels), figures.errors);
+  CountTo(source_reports_.Add(labels), figures.reported_failed);
+  source_learners_.Add(labels).Set(figures.learners);
 }
 
 }  // namespace aggregator

@@ -8,6 +8,11 @@
 //   aggregator_learners{state}                 learners by state
 //   aggregator_worker_restarts_total{worker,index}
 //   aggregator_reloads_total{result}           ok | failed
+//   aggregator_source_refreshes_total{kind,target}   learner_sources refreshes
+//   aggregator_source_errors_total{kind,target}      ... that failed
+//   aggregator_source_learners{kind,target}          learners it lists
+//   aggregator_source_failed_reports_total{kind,target}  learners reported
+//                                                        failed to it
 //   aggregator_build_info{version}             always 1
 //
 // Thread-safety: every method may be called from any thread; collectors run on
@@ -28,6 +33,14 @@
 #include <string>
 
 namespace aggregator {
+
+// A learner source's figures so far (lib/discovery/discovery_loop.h).
+struct SourceFigures {
+  double refreshes = 0;
+  double errors = 0;
+  double learners = 0;
+  double reported_failed = 0;
+};
 
 class AggregatorMetrics {
  public:
@@ -54,6 +67,10 @@ class AggregatorMetrics {
   void SetStraggler(const std::string& learner, bool flagged);
   // The membership generation (lib/service/membership.h).
   void SetMembershipGeneration(double generation);
+  // A learner source's figures (counters move by what happened since the
+  // last scrape).
+  void SetSource(const std::string& kind, const std::string& target,
+                 const SourceFigures& figures);
 
  private:
   class Collecting;
@@ -70,6 +87,10 @@ class AggregatorMetrics {
   prometheus::Family<prometheus::Counter>& reloads_;
   prometheus::Family<prometheus::Gauge>& stragglers_;
   prometheus::Family<prometheus::Gauge>& membership_generation_;
+  prometheus::Family<prometheus::Counter>& source_refreshes_;
+  prometheus::Family<prometheus::Counter>& source_errors_;
+  prometheus::Family<prometheus::Gauge>& source_learners_;
+  prometheus::Family<prometheus::Counter>& source_reports_;
 };
 
 }  // namespace aggregator

@@ -39,6 +39,30 @@ pb::WorkerState ToProto(WorkerState state) {
   return pb::WORKER_STATE_UNSPECIFIED;
 }
 
+void ToProto(std::chrono::nanoseconds duration,
+             google::protobuf::Duration* out) {
+  const auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(duration);
+  out->set_seconds(seconds.count());
+  out->set_nanos(static_cast<int32_t>((duration - seconds).count()));
+}
+
+void ToProto(const SourceSnapshot& source, pb::LearnerSourceStatus* out) {
+  out->set_kind(source.kind);
+  out->set_target(source.target);
+  if (source.since_last_refresh) {
+    ToProto(*source.since_last_refresh, out->mutable_since_last_refresh());
+  }
+  for (const HostPort& learner : source.learners) {
+    out->add_members(learner.ToString());
+  }
+  out->set_last_error(source.last_error);
+  out->set_refreshes(source.refreshes);
+  out->set_errors(source.errors);
+  out->set_reported_failed(source.reported);
+  out->set_report_errors(source.report_errors);
+}
+
 void ToProto(const ServerStatus& status, pb::AggregatorStatus* out) {
   for (const LearnerSnapshot& learner : status.learners) {
     pb::LearnerStatus* entry = out->add_learners();
@@ -66,6 +90,9 @@ void ToProto(const ServerStatus& status, pb::AggregatorStatus* out) {
     entry->set_restarts(worker.restarts);
     entry->set_last_error(worker.last_error);
   }
+  for (const SourceSnapshot& source : status.sources) {
+    ToProto(source, out->add_sources());
+  }
   out->set_config_path(status.config_path);
   out->set_config_generation(status.config_generation);
   out->set_ready(status.ready);
@@ -81,12 +108,7 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext* /*context*/,
                                      const pb::GetStatusRequest* /*request*/,
                                      pb::AggregatorStatus* reply) {
   ToProto(status_(), reply);
-  const auto uptime = std::chrono::steady_clock::now() - started_;
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(uptime);
-  reply->mutable_uptime()->set_seconds(seconds.count());
-  reply->mutable_uptime()->set_nanos(static_cast<int32_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(uptime - seconds)
-          .count()));
+  ToProto(std::chrono::steady_clock::now() - started_, reply->mutable_uptime());
   reply->set_version(kVersion);
   return grpc::Status::OK;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/discovery/discovery_loop.h"
 #include "lib/learners/learner_pool.h"
 #include "lib/workers/worker_manager.h"
 #include "proto/admin.grpc.pb.h"
@@ -36,6 +37,7 @@ struct ServerStatus {
   // By learner id; absent: in, no Learn yet.
   std::map<std::string, LearnerPlanStatus> plans;
   std::vector<WorkerSnapshot> workers;
+  std::vector<SourceSnapshot> sources;
   std::string config_path;
   int64_t config_generation = 0;
   bool ready = false;  // min_learners are ready

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/port_holder.h"
@@ -144,6 +145,11 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
   worker_options.program_dirs = self->options_.program_dirs;
   worker_options.guard_program = self->options_.guard_program;
   self->workers_ = std::make_unique<WorkerManager>(std::move(worker_options));
+  DiscoveryHooks discovery_hooks;
+  discovery_hooks.on_change = [raw] { raw->UpdateLearners(); };
+  discovery_hooks.failed_learners = [raw] { return raw->FailedLearners(); };
+  self->discovery_ =
+      std::make_unique<DiscoveryLoop>(std::move(discovery_hooks));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -250,6 +256,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
                self->learner_service_->DescribeInflightLimit());
   WarnIfPingsRefused(config.connect);
   self->UpdateLearners();
+  self->discovery_->Apply(config.learner_sources);
   return self;
 }
 
@@ -272,15 +279,61 @@ void AggregatorServer::UpdateLearners() {
     MutexLock lock(&learners_mu_);
     // After Shutdown began the pool only drains; the manager is stopping.
     if (shutting_down_) return;
-    std::vector<LearnerEndpoint> learners = config().learners;
+    const AggregatorConfig config = this->config();
+    std::vector<LearnerEndpoint> learners = config.learners;
     for (LearnerEndpoint& endpoint : workers_->LearnerEndpoints()) {
       learners.push_back(std::move(endpoint));
     }
+    AddDiscovered(config.learner_tls, &learners);
     if (learner_set_.has_value() && *learner_set_ == learners) return;
     learner_set_ = learners;
     pool_->SetLearners(learners);
   }
   Changed();  // the number of learners changed
+}
+
+void AggregatorServer::AddDiscovered(const std::optional<ClientTlsConfig>& tls,
+                                     std::vector<LearnerEndpoint>* learners) {
+  std::set<std::string> ids;
+  std::set<std::string> addresses;
+  for (const LearnerEndpoint& learner : *learners) {
+    ids.insert(learner.id);
+    addresses.insert(learner.address.ToString());
+  }
+  std::vector<HostPort> found;
+  for (const std::vector<HostPort>& source : discovery_->Members()) {
+    found.insert(found.end(), source.begin(), source.end());
+  }
+  discovered_ = StableMerge(discovered_, found);
+  std::set<std::string> left_out;
+  for (const HostPort& address : discovered_) {
+    const std::string id = address.ToString();
+    // A learner is called once: a listed one (or a worker) at the same
+    // address keeps its own id.
+    if (ids.count(id) != 0 || addresses.count(id) != 0) {
+      left_out.insert(id);
+      continue;
+    }
+    ids.insert(id);
+    learners->push_back(LearnerEndpoint{id, address, tls});
+  }
+  for (const std::string& id : left_out) {
+    if (left_out_.count(id) == 0) {
+      spdlog::warn(
+          "discovered learner {} is already a learner (in learners, or a "
+          "worker): left out",
+          id);
+    }
+  }
+  left_out_ = std::move(left_out);
+}
+
+std::set<std::string> AggregatorServer::FailedLearners() const {
+  std::set<std::string> failed;
+  for (const LearnerSnapshot& learner : pool_->Status()) {
+    if (learner.state == LearnerState::kFailed) failed.insert(learner.id);
+  }
+  return failed;
 }
 
 std::string AggregatorServer::address() const {
@@ -355,6 +408,7 @@ ServerStatus AggregatorServer::Status() const {
     status.plans[id].learn_p99_ms = times.p99_seconds * 1000;
   }
   status.workers = workers_->Status();
+  status.sources = discovery_->Status();
   status.config_path = config().source;
   status.config_generation = generation_.load();
   status.ready = ready_.load();
@@ -376,6 +430,14 @@ void AggregatorServer::CollectMetrics() {
   }
   metrics_.SetMembershipGeneration(
       static_cast<double>(learner_service_->membership_generation()));
+  for (const SourceSnapshot& source : discovery_->Status()) {
+    metrics_.SetSource(
+        source.kind, source.target,
+        SourceFigures{static_cast<double>(source.refreshes),
+                      static_cast<double>(source.errors),
+                      static_cast<double>(source.learners.size()),
+                      static_cast<double>(source.reported)});
+  }
 }
 
 absl::StatusOr<ReloadResult> AggregatorServer::Reload(
@@ -402,6 +464,7 @@ absl::StatusOr<ReloadResult> AggregatorServer::Reload(
     // state, as at start-up.
     spdlog::error("reload: workers: {}", std::string(applied.message()));
   }
+  discovery_->Apply(next.learner_sources);
   UpdateLearners();
   // min_learners may have changed: recompute readiness now.
   OnReadyChange(pool_->ReadyCount(), pool_->size());
@@ -446,7 +509,9 @@ void AggregatorServer::Shutdown(
   // learners (UpdateLearners no longer touches it once shutting_down_ is set).
   // It is stopped, not destroyed: a hook already past its shutting_down_ check
   // (a worker's status change reading Summary()) still finds it, empty.
-  // ThreadSanitizer found the reset racing with such a read.
+  // ThreadSanitizer found the reset racing with such a read. The sources
+  // stop first: their refreshes feed the pool.
+  discovery_->Stop();
   pool_->Stop();
   // Each worker gets its own stop_timeout between SIGTERM and SIGKILL.
   std::chrono::milliseconds longest_stop(0);

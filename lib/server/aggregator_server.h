@@ -2,8 +2,11 @@
 // pool, the Learner service, grpc.health.v1 and reflection onto a gRPC server
 // listening on `config.listen`, the admin service onto one of its own on
 // `config.admin.listen` (both with `config.tls` when set), and runs the local
-// worker processes of `config.workers`. The learner pool's set is
-// `config.learners` followed by the learner workers' endpoints.
+// worker processes of `config.workers`, and the `config.learner_sources`
+// (lib/discovery/discovery_loop.h). The learner pool's set is
+// `config.learners`, then the learner workers' endpoints, then the learners
+// the sources found, in the order first seen (one whose id or address is
+// already a learner's is left out).
 //
 // Health: NOT_SERVING (overall and for aggregator.v1.Learner) until
 // min_learners are ready, SERVING while they are, NOT_SERVING again from
@@ -20,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
+#include "lib/discovery/discovery_loop.h"
 #include "lib/learners/call_path.h"
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
@@ -84,6 +89,7 @@ class AggregatorServer {
   LearnerPool& pool() { return *pool_; }
   WorkerManager& workers() { return *workers_; }
   LearnerService& learner_service() { return *learner_service_; }
+  DiscoveryLoop& discovery() { return *discovery_; }
   AggregatorMetrics& metrics() { return metrics_; }
   // Calls are served: min_learners, and at least one, are ready (what health
   // says).
@@ -122,9 +128,16 @@ class AggregatorServer {
   void Changed();
   ServerStatus Status() const;
   void CollectMetrics();
-  // Gives the pool config.learners + the learner workers' endpoints, if that
-  // set changed. Called at start, on reload and by the worker manager.
+  // Gives the pool config.learners + the learner workers' endpoints + the
+  // discovered learners, if that set changed. Called at start, on reload, by
+  // the worker manager and by the discovery loop.
   void UpdateLearners();
+  // Appends the discovered learners to `learners` (see the class comment).
+  void AddDiscovered(const std::optional<ClientTlsConfig>& tls,
+                     std::vector<LearnerEndpoint>* learners)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(learners_mu_);
+  // The ids of the pool's learners that are failed.
+  std::set<std::string> FailedLearners() const;
   AggregatorConfig config() const;
 
   ServerOptions options_;
@@ -142,6 +155,7 @@ class AggregatorServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> admin_server_;  // null: admin.listen is off
   std::unique_ptr<WorkerManager> workers_;
+  std::unique_ptr<DiscoveryLoop> discovery_;
   int port_ = 0;
   int admin_port_ = 0;
   // The unix socket paths of listen and admin.listen, removed at the end.
@@ -155,6 +169,10 @@ class AggregatorServer {
   // The set last given to the pool.
   std::optional<std::vector<LearnerEndpoint>> learner_set_
       ABSL_GUARDED_BY(learners_mu_);
+  // Every discovered address, in the order first seen (StableMerge).
+  std::vector<HostPort> discovered_ ABSL_GUARDED_BY(learners_mu_);
+  // Discovered ids left out as already learners (logged when they are new).
+  std::set<std::string> left_out_ ABSL_GUARDED_BY(learners_mu_);
 };
 
 }  // namespace aggregator

@@ -1,0 +1,409 @@
+// learner_sources[].dns against a real DNS server: dnsmasq, started by the
+// test on a free loopback port, serving names of the .test domain from a
+// hosts file that the test rewrites (and dnsmasq re-reads on SIGHUP). The
+// learners are example learners on one port at several 127.0.0.x addresses.
+#include "lib/discovery/dns_source.h"
+
+#include <grp.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "tests/process_helpers.h"
+#include "tests/test_cluster.h"
+
+namespace aggregator::testing {
+namespace {
+
+namespace pb = aggregator::v1;
+using std::chrono::seconds;
+
+// A port free for both UDP and TCP on 127.0.0.1 right now (DNS uses both).
+int FreeDnsPort() {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int udp = socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(udp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    socklen_t length = sizeof(addr);
+    REQUIRE(getsockname(udp, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+    const int tcp = socket(AF_INET, SOCK_STREAM, 0);
+    const bool free =
+        bind(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(tcp);
+    close(udp);
+    if (free) return ntohs(addr.sin_port);
+  }
+  FAIL("no free port for dnsmasq");
+  return 0;
+}
+
+// dnsmasq answering for *.test from a hosts file ("address name" lines) and
+// nothing else (no upstream, no /etc/hosts).
+class Dnsmasq {
+ public:
+  explicit Dnsmasq(const std::string& hosts)
+      : dir_(TempDir()), hosts_path_(dir_ + "/hosts") {
+    WriteFile(hosts_path_, hosts);
+    for (int attempt = 0; attempt < 5 && process_ == nullptr; ++attempt) {
+      port_ = FreeDnsPort();
+      // --no-daemon: in the foreground, logging to stderr too, and keeping
+      // the test's user (as root it would switch to its own, which a
+      // sandbox's user namespace does not allow).
+      auto process = Spawn(
+          {"/usr/sbin/dnsmasq", "--no-daemon", "--conf-file=/dev/null",
+           "--port=" + std::to_string(port_), "--listen-address=127.0.0.1",
+           "--bind-interfaces", "--no-resolv", "--no-hosts", "--local=/test/",
+           "--addn-hosts=" + hosts_path_, "--log-facility=-"});
+      // Its log goes to stderr; "read <hosts>" once it serves them.
+      const std::string line = WaitForLine(*process, "dnsmasq", true);
+      if (line.find("failed") != std::string::npos) {  // the port was taken
+        failures_.push_back(line);
+        continue;
+      }
+      WaitForLine(*process, "read " + hosts_path_, true);
+      process_ = std::move(process);
+    }
+    INFO(Catch::rangeToString(failures_));
+    REQUIRE(process_ != nullptr);
+  }
+  ~Dnsmasq() {
+    if (process_) {
+      (void)process_->Signal(SIGTERM);
+      (void)process_->Wait(std::chrono::steady_clock::now() + kLongWait);
+    }
+  }
+
+  HostPort address() const { return HostPort::Tcp("127.0.0.1", port_); }
+
+  // Replaces the records and waits until dnsmasq has read them.
+  void SetHosts(const std::string& hosts) {
+    WriteFile(hosts_path_ + ".new", hosts);
+    REQUIRE(rename((hosts_path_ + ".new").c_str(), hosts_path_.c_str()) == 0);
+    REQUIRE(process_->Signal(SIGHUP).ok());
+    WaitForLine(*process_, "read " + hosts_path_, true);
+  }
+
+ private:
+  const std::string dir_;
+  const std::string hosts_path_;
+  int port_ = 0;
+  std::unique_ptr<Subprocess> process_;
+  std::vector<std::string> failures_;  // of the attempts to start it
+};
+
+DnsSourceConfig Source(const std::string& name, int port, const Dnsmasq& dns) {
+  DnsSourceConfig config;
+  config.name = name;
+  config.port = port;
+  config.refresh = milliseconds(100);
+  config.timeout = milliseconds(2000);
+  config.nameserver = dns.address();
+  return config;
+}
+
+RequestLimits Within(milliseconds timeout,
+                     const std::atomic<bool>* stop = nullptr) {
+  return RequestLimits{Clock::now() + timeout, stop};
+}
+
+std::vector<std::string> Strings(const std::vector<HostPort>& addresses) {
+  std::vector<std::string> out;
+  for (const HostPort& address : addresses) out.push_back(address.ToString());
+  return out;
+}
+
+TEST_CASE(
+    "DnsSource finds every A and AAAA record of a name, in address "
+    "order") {
+  Dnsmasq dns(
+      "127.0.0.13 learners.test\n127.0.0.11 learners.test\n"
+      "fd00::5 learners.test\n127.0.0.12 learners.test\n"
+      "127.0.0.20 other.test\n");
+  DnsSource source(Source("learners.test", 22300, dns));
+  auto found = source.Fetch(Within(milliseconds(5000)));
+  INFO(found.status().ToString());
+  REQUIRE(found.ok());
+  CHECK(Strings(*found) ==
+        std::vector<std::string>{"127.0.0.11:22300", "127.0.0.12:22300",
+                                 "127.0.0.13:22300", "[fd00::5]:22300"});
+  // A fully qualified name is the same name.
+  found = DnsSource(Source("other.test.", 1, dns))
+              .Fetch(Within(milliseconds(5000)));
+  REQUIRE(found.ok());
+  CHECK(Strings(*found) == std::vector<std::string>{"127.0.0.20:1"});
+}
+
+TEST_CASE(
+    "DnsSource reports no records, a DNS server that is down or "
+    "silent, and a stop as errors naming the server, within the "
+    "timeout") {
+  Dnsmasq dns("127.0.0.11 learners.test\n");
+  auto missing = DnsSource(Source("nothing.test", 1, dns))
+                     .Fetch(Within(milliseconds(5000)));
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+  CHECK(missing.status().message() ==
+        "nothing.test: no A or AAAA records at DNS server " +
+            dns.address().ToString());
+
+  // Nothing listens on this port: refused at once.
+  DnsSourceConfig down = Source("learners.test", 1, dns);
+  down.nameserver = HostPort::Tcp("127.0.0.1", ClosedPort());
+  auto refused = DnsSource(down).Fetch(Within(milliseconds(5000)));
+  CHECK(refused.status().code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::StartsWith("learners.test (A): DNS server " +
+                               down.nameserver->ToString() + ": "));
+
+  // A socket that takes the queries and never answers.
+  const int silent = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t length = sizeof(addr);
+  REQUIRE(getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &length) ==
+          0);
+  DnsSourceConfig hanging = Source("learners.test", 1, dns);
+  hanging.nameserver = HostPort::Tcp("127.0.0.1", ntohs(addr.sin_port));
+  const auto start = Clock::now();
+  auto timed_out = DnsSource(hanging).Fetch(Within(milliseconds(600)));
+  const double took = Seconds(Clock::now() - start);
+  CHECK(took < 3.0);
+  CHECK(timed_out.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK_THAT(std::string(timed_out.status().message()),
+             Catch::Contains("no answer from DNS server " +
+                             hanging.nameserver->ToString()));
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    stop = true;
+  });
+  const auto stop_start = Clock::now();
+  auto stopped = DnsSource(hanging).Fetch(Within(seconds(30), &stop));
+  stopper.join();
+  CHECK(stopped.status().code() == absl::StatusCode::kCancelled);
+  CHECK(Seconds(Clock::now() - stop_start) < 3.0);
+  close(silent);
+}
+
+// Example learners on one port at 127.0.0.11 .. 127.0.0.14.
+struct LearnersOnOnePort {
+  int port = 0;
+  std::map<std::string, std::unique_ptr<ExampleLearnerServer>> at;  // by id
+
+  LearnersOnOnePort() {
+    for (int attempt = 0; attempt < 20 && at.empty(); ++attempt) {
+      const int candidate = ClosedPort();
+      for (int i = 11; i <= 14; ++i) {
+        const std::string address =
+            "127.0.0." + std::to_string(i) + ":" + std::to_string(candidate);
+        auto learner = StartExampleLearner({}, address);
+        if (!learner.ok()) {
+          at.clear();
+          break;
+        }
+        at[address] = std::move(*learner);
+      }
+      port = candidate;
+    }
+    REQUIRE(at.size() == 4);
+  }
+  std::string Id(int last_octet) const {
+    return "127.0.0." + std::to_string(last_octet) + ":" + std::to_string(port);
+  }
+};
+
+std::string Hosts(std::initializer_list<int> octets) {
+  std::string hosts;
+  for (int octet : octets) {
+    hosts += "127.0.0." + std::to_string(octet) + " learners.test\n";
+  }
+  return hosts;
+}
+
+std::vector<std::string> ReadyIds(AggregatorServer& server) {
+  std::vector<std::string> ids;
+  for (const LearnerSnapshot& learner : server.pool().Status()) {
+    ids.push_back(learner.id + (learner.state == LearnerState::kReady
+                                    ? ""
+                                    : " (not ready)"));
+  }
+  return ids;
+}
+
+std::vector<std::string> StringList(const google::protobuf::Value& value) {
+  std::vector<std::string> out;
+  for (const auto& v : value.list_value().values()) {
+    out.push_back(v.string_value());
+  }
+  return out;
+}
+
+// Why a successful Learn is wrong ("" when its merge lines up with the batch
+// and with the plan's members).
+std::string CheckMerged(const pb::DataDemand& demand, const std::string& prefix,
+                        const pb::LearnReply& reply) {
+  const auto& info = reply.info().fields();
+  const auto& priority_info = info.at("priority_info").struct_value().fields();
+  const int n = static_cast<int>(demand.batch_size());
+  if (StringList(priority_info.at("replay_unique_id")) != Ids(prefix, 0, n)) {
+    return "replay ids out of order";
+  }
+  const auto& received = info.at("received").list_value().values();
+  if (received.size() != demand.membership().members_size()) {
+    return "not one share per member";
+  }
+  for (const auto& share : received) {
+    if (share.number_value() != 32) return "a share is not 32 samples";
+  }
+  return "";
+}
+
+// (No colon in a test name: Catch2 2.13 indents a wrapped name to the colon,
+// and loops forever when that is beyond the width.)
+TEST_CASE(
+    "Learners join and leave as their DNS records change while a "
+    "coordinator trains; every Learn is split right, a step that lost a "
+    "learner fails FAILED_PRECONDITION and the next one succeeds") {
+  LearnersOnOnePort learners;
+  Dnsmasq dns(Hosts({11, 12}));
+  AggregatorConfig config = FastConfig({}, 1);
+  config.learner_sources = {Source("learners.test", learners.port, dns)};
+  auto aggregator = StartAggregator(config);
+  REQUIRE(Eventually([&] {
+    return ReadyIds(*aggregator) ==
+           std::vector<std::string>{learners.Id(11), learners.Id(12)};
+  }));
+  auto stub = LearnerStub(aggregator->address());
+
+  // One step straddles a change: planned over .11 and .12, then .12 leaves
+  // and .13 and .14 join (appended after .11, which keeps its place).
+  pb::DataDemand before;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &before).ok());
+  const auto changed = Clock::now();
+  dns.SetHosts(Hosts({14, 11, 13}));
+  REQUIRE(Eventually([&] {
+    return ReadyIds(*aggregator) == std::vector<std::string>{learners.Id(11),
+                                                             learners.Id(13),
+                                                             learners.Id(14)};
+  }));
+  const double change_seconds = Seconds(Clock::now() - changed);
+  pb::LearnRequest batch = Batch(static_cast<int>(before.batch_size()), "old");
+  batch.set_plan_id(before.plan_id());
+  pb::LearnReply reply;
+  const grpc::Status stale = stub->Learn(Deadline().get(), batch, &reply);
+  CHECK(stale.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_THAT(
+      stale.error_message(),
+      Catch::Contains(learners.Id(12) + " is no longer a configured learner") &&
+          Catch::Contains("call GetData again"));
+  // The next step is over the three, in pool order, each with its slice.
+  pb::DataDemand after;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &after).ok());
+  CHECK(after.batch_size() == 3 * 32);
+  batch = Batch(static_cast<int>(after.batch_size()), "new");
+  batch.set_plan_id(after.plan_id());
+  REQUIRE(stub->Learn(Deadline().get(), batch, &reply).ok());
+  CHECK(CheckMerged(after, "new", reply).empty());
+  int slice = 0;
+  for (int octet : {11, 13, 14}) {
+    INFO("learner " << learners.Id(octet));
+    CHECK(learners.at.at(learners.Id(octet))->learner->received().back() ==
+          Ids("new", slice * 32, (slice + 1) * 32));
+    ++slice;
+  }
+
+  // Now a coordinator trains while the records change under it.
+  std::atomic<bool> stop{false};
+  std::atomic<int> succeeded{0};
+  std::atomic<int> refused{0};
+  std::vector<std::string> wrong;  // written by the coordinator thread only
+  std::thread coordinator([&] {
+    for (int step = 0; !stop; ++step) {
+      pb::DataDemand demand;
+      const grpc::Status got = stub->GetData(Deadline().get(), {}, &demand);
+      if (!got.ok()) {
+        wrong.push_back("GetData failed: " + got.error_message());
+        continue;
+      }
+      const std::string prefix = "s" + std::to_string(step) + "-";
+      pb::LearnRequest request =
+          Batch(static_cast<int>(demand.batch_size()), prefix);
+      request.set_plan_id(demand.plan_id());
+      pb::LearnReply learned;
+      const grpc::Status status =
+          stub->Learn(Deadline().get(), request, &learned);
+      if (status.ok()) {
+        const std::string why = CheckMerged(demand, prefix, learned);
+        if (!why.empty()) wrong.push_back(why);
+        ++succeeded;
+      } else if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                 status.error_message().find("changed since GetData") !=
+                     std::string::npos) {
+        ++refused;
+      } else {
+        wrong.push_back("Learn: " + status.error_message());
+      }
+    }
+  });
+  auto change = [&](std::initializer_list<int> records,
+                    std::vector<std::string> expected) {
+    const int steps = succeeded;
+    dns.SetHosts(Hosts(records));
+    const auto start = Clock::now();
+    REQUIRE(Eventually([&] { return ReadyIds(*aggregator) == expected; },
+                       milliseconds(15000)));
+    const double seconds = Seconds(Clock::now() - start);
+    // Some steps go through on the new set before the next change.
+    REQUIRE(Eventually([&] { return succeeded >= steps + 3; },
+                       milliseconds(15000)));
+    return seconds;
+  };
+  // .11 (the first) leaves, .12 comes back: appended; then .13 leaves.
+  const double leave_join =
+      change({12, 13, 14}, {learners.Id(13), learners.Id(14), learners.Id(12)});
+  const double leave = change({12, 14}, {learners.Id(14), learners.Id(12)});
+  const double join =
+      change({11, 12, 14}, {learners.Id(14), learners.Id(12), learners.Id(11)});
+  stop = true;
+  coordinator.join();
+  std::printf(
+      "DNS change to pool (refresh 100 ms): %.0f ms (-.12 +.13 +.14), %.0f ms "
+      "(-.11 +.12), %.0f ms (-.13), %.0f ms (+.11); %d steps succeeded, %d "
+      "refused as their plan lost a learner\n",
+      change_seconds * 1000, leave_join * 1000, leave * 1000, join * 1000,
+      succeeded.load(), refused.load());
+  if (!wrong.empty()) FAIL(wrong.front());
+
+  // The records vanish (NXDOMAIN): an error, and the pool keeps the learners.
+  const std::vector<std::string> kept = ReadyIds(*aggregator);
+  const int64_t errors = aggregator->discovery().Status().at(0).errors;
+  dns.SetHosts("");
+  REQUIRE(Eventually(
+      [&] { return aggregator->discovery().Status().at(0).errors > errors; }));
+  const SourceSnapshot status = aggregator->discovery().Status().at(0);
+  CHECK(status.kind == "dns");
+  CHECK(status.target == "learners.test:" + std::to_string(learners.port) +
+                             " via " + dns.address().ToString());
+  CHECK(status.learners.size() == 3);
+  CHECK(status.last_error ==
+        "learners.test: no A or AAAA records at DNS "
+        "server " +
+            dns.address().ToString());
+  CHECK(ReadyIds(*aggregator) == kept);
+  pb::DataDemand still;
+  CHECK(stub->GetData(Deadline().get(), {}, &still).ok());
+  CHECK(still.batch_size() == 3 * 32);
+}
+
+}  // namespace
+}  // namespace aggregator::testing

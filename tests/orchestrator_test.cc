@@ -1,0 +1,432 @@
+// learner_sources[].orchestrator against an HTTP server in the test that
+// follows DI-orchestrator's replica API (GET /v1alpha1/replicas, POST
+// /v1alpha1/replicas/failed), and that can also fail: HTTP 500, a body that is
+// not JSON, "success": false, a reply that never comes.
+#include <httplib.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <cstdio>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "lib/discovery/orchestrator_source.h"
+#include "proto/admin.grpc.pb.h"
+#include "tests/log_capture.h"
+#include "tests/test_cluster.h"
+
+namespace aggregator::testing {
+namespace {
+
+namespace pb = aggregator::v1;
+using nlohmann::json;
+using std::chrono::seconds;
+
+constexpr char kNamespace[] = "ns";
+constexpr char kName[] = "agg-0";
+
+// What the server does with a request.
+enum class Reply {
+  kOk,
+  kHttp500,
+  kGarbage,  // 200 with a body that is not JSON
+  kRefused,  // 200 with "success": false
+  kNoData,   // 200, "success": true, but no data.learners
+  kHang,     // no reply until the mode changes (or 30 s)
+};
+
+class FakeOrchestrator {
+ public:
+  FakeOrchestrator() {
+    server_.Get("/v1alpha1/replicas", [this](const httplib::Request& request,
+                                             httplib::Response& response) {
+      Serve(request, response, /*get=*/true);
+    });
+    server_.Post(
+        "/v1alpha1/replicas/failed",
+        [this](const httplib::Request& request, httplib::Response& response) {
+          Serve(request, response, /*get=*/false);
+        });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    REQUIRE(port_ > 0);
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~FakeOrchestrator() {
+    SetReplies(Reply::kOk, Reply::kOk);  // releases hanging requests
+    server_.stop();
+    thread_.join();
+  }
+
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(port_);
+  }
+  OrchestratorSourceConfig Config() const {
+    OrchestratorSourceConfig config;
+    config.url = url();
+    config.pod_namespace = kNamespace;
+    config.name = kName;
+    config.refresh = milliseconds(100);
+    config.timeout = milliseconds(500);
+    config.report_failed_after = milliseconds(300);
+    return config;
+  }
+
+  void SetLearners(std::vector<std::string> learners) {
+    std::lock_guard<std::mutex> lock(mu_);
+    learners_ = std::move(learners);
+  }
+  void SetReplies(Reply get, Reply post) {
+    std::lock_guard<std::mutex> lock(mu_);
+    get_reply_ = get;
+    post_reply_ = post;
+    changed_.notify_all();
+  }
+  int gets() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return gets_;
+  }
+  // The bodies of the failure reports, each as sent.
+  std::vector<json> reports() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reports_;
+  }
+
+ private:
+  void Serve(const httplib::Request& request, httplib::Response& response,
+             bool get) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Reply reply = get ? get_reply_ : post_reply_;
+    if (get) {
+      ++gets_;
+      // The API's query: ?namespace=NS&aggregator=NAME.
+      if (request.get_param_value("namespace") != kNamespace ||
+          request.get_param_value("aggregator") != kName) {
+        response.status = 400;
+        response.set_content("bad query", "text/plain");
+        return;
+      }
+    } else {
+      reports_.push_back(json::parse(request.body, nullptr, false));
+    }
+    if (reply == Reply::kHang) {
+      changed_.wait_for(lock, seconds(30), [&] {
+        return (get ? get_reply_ : post_reply_) != Reply::kHang;
+      });
+      response.status = 503;
+      return;
+    }
+    switch (reply) {
+      case Reply::kHttp500:
+        response.status = 500;
+        response.set_content("internal error", "text/plain");
+        return;
+      case Reply::kGarbage:
+        response.set_content("<html>\x01 not json", "text/html");
+        return;
+      case Reply::kRefused:
+        response.set_content(json{{"success", false},
+                                  {"code", 1},
+                                  {"message", "no such job"},
+                                  {"data", nullptr}}
+                                 .dump(),
+                             "application/json");
+        return;
+      case Reply::kNoData:
+        response.set_content(
+            json{{"success", true}, {"code", 0}, {"message", ""}}.dump(),
+            "application/json");
+        return;
+      default:
+        break;
+    }
+    json data = {{"namespace", kNamespace},
+                 {"coordinator", kName},
+                 {"collectors", json::array()},
+                 {"learners", get ? json(learners_) : json::array()}};
+    response.set_content(
+        json{{"success", true}, {"code", 0}, {"message", ""}, {"data", data}}
+            .dump(),
+        "application/json");
+  }
+
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<std::string> learners_;
+  Reply get_reply_ = Reply::kOk;
+  Reply post_reply_ = Reply::kOk;
+  int gets_ = 0;
+  std::vector<json> reports_;
+};
+
+RequestLimits Within(milliseconds timeout,
+                     const std::atomic<bool>* stop = nullptr) {
+  return RequestLimits{Clock::now() + timeout, stop};
+}
+
+TEST_CASE(
+    "OrchestratorSource follows DI-orchestrator's API, and names every "
+    "kind of bad reply") {
+  FakeOrchestrator orchestrator;
+  orchestrator.SetLearners({"learner-0.ns:22300", "10.0.0.3:22301"});
+  OrchestratorSource source(orchestrator.Config());
+  auto learners = source.Fetch(Within(seconds(5)));
+  INFO(learners.status().ToString());
+  REQUIRE(learners.ok());
+  REQUIRE(learners->size() == 2);
+  CHECK((*learners)[0].ToString() == "learner-0.ns:22300");
+  CHECK((*learners)[1].ToString() == "10.0.0.3:22301");
+
+  const std::string get = "GET " + orchestrator.url() +
+                          "/v1alpha1/replicas?namespace=ns&aggregator=agg-0: ";
+  struct Case {
+    Reply reply;
+    absl::StatusCode code;
+    std::string message;
+  };
+  for (const Case& c : {
+           Case{Reply::kHttp500, absl::StatusCode::kUnavailable,
+                get + "HTTP 500: \"internal error\""},
+           Case{Reply::kGarbage, absl::StatusCode::kDataLoss,
+                get + "the reply is not JSON: \"<html>\\x01 not json\""},
+           Case{Reply::kRefused, absl::StatusCode::kFailedPrecondition,
+                get + "the orchestrator refused: code 1: no such job"},
+           Case{Reply::kNoData, absl::StatusCode::kDataLoss,
+                get + "the reply has no data.learners list: "
+                      "\"{\\x22code\\x22:0,\\x22message\\x22:\\x22\\x22,"
+                      "\\x22success\\x22:true}\""},
+       }) {
+    orchestrator.SetReplies(c.reply, Reply::kOk);
+    auto failed = source.Fetch(Within(seconds(5)));
+    CHECK(failed.status().code() == c.code);
+    CHECK(failed.status().message() == c.message);
+  }
+  orchestrator.SetLearners({"learner-0.ns:22300", "no port"});
+  orchestrator.SetReplies(Reply::kOk, Reply::kOk);
+  CHECK_THAT(std::string(source.Fetch(Within(seconds(5))).status().message()),
+             Catch::EndsWith("data.learners[1] \"\\x22no port\\x22\" is not "
+                             "\"host:port\": missing \":port\""));
+
+  // A reply that never comes: cut at the deadline; or at once on stop.
+  orchestrator.SetReplies(Reply::kHang, Reply::kOk);
+  auto start = Clock::now();
+  auto hung = source.Fetch(Within(milliseconds(500)));
+  CHECK(Seconds(Clock::now() - start) < 2.5);
+  CHECK(hung.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK_THAT(std::string(hung.status().message()),
+             Catch::EndsWith("no complete reply within 500ms"));
+  std::atomic<bool> stop{false};
+  auto stopped = std::async(std::launch::async, [&] {
+    return source.Fetch(Within(seconds(30), &stop));
+  });
+  std::this_thread::sleep_for(milliseconds(100));  // let it be under way
+  start = Clock::now();
+  stop = true;
+  CHECK(stopped.get().status().code() == absl::StatusCode::kCancelled);
+  CHECK(Seconds(Clock::now() - start) < 2.0);
+  orchestrator.SetReplies(Reply::kOk, Reply::kOk);
+
+  // Nobody listening.
+  OrchestratorSourceConfig gone = orchestrator.Config();
+  gone.url = "http://127.0.0.1:" + std::to_string(ClosedPort());
+  CHECK(OrchestratorSource(gone).Fetch(Within(seconds(5))).status().code() ==
+        absl::StatusCode::kUnavailable);
+
+  // A failure report names the pods, as DI-orchestrator deletes them by name.
+  REQUIRE(source
+              .ReportFailed({HostPort::Tcp("learner-0.ns", 22300),
+                             HostPort::Tcp("learner-0.ns", 22301),
+                             HostPort::Tcp("10.0.0.3", 22300)},
+                            Within(seconds(5)))
+              .ok());
+  CHECK(orchestrator.reports() ==
+        std::vector<json>{{{"namespace", "ns"},
+                           {"coordinator", "agg-0"},
+                           {"collectors", json::array()},
+                           {"learners", {"learner-0", "10.0.0.3"}}}});
+  orchestrator.SetReplies(Reply::kOk, Reply::kRefused);
+  CHECK(source.ReportFailed({HostPort::Tcp("a.ns", 1)}, Within(seconds(5)))
+            .message() == "POST " + orchestrator.url() +
+                              "/v1alpha1/replicas/failed: the orchestrator "
+                              "refused: code 1: no such job");
+  CHECK(PodName(HostPort::Tcp("learner-3.training", 1), "training") ==
+        "learner-3");
+  CHECK(PodName(HostPort::Tcp("training", 1), "training") == "training");
+}
+
+std::vector<std::string> PoolIds(AggregatorServer& server) {
+  std::vector<std::string> ids;
+  for (const LearnerSnapshot& learner : server.pool().Status()) {
+    ids.push_back(learner.id + (learner.state == LearnerState::kReady
+                                    ? ""
+                                    : " (not ready)"));
+  }
+  return ids;
+}
+
+double SourceMetric(AggregatorServer& server, const std::string& name) {
+  for (const auto& family : server.metrics().collectable()->Collect()) {
+    if (family.name != name) continue;
+    for (const auto& metric : family.metric) {
+      return family.type == prometheus::MetricType::Counter
+                 ? metric.counter.value
+                 : metric.gauge.value;
+    }
+  }
+  return -1;
+}
+
+TEST_CASE(
+    "Learners the orchestrator lists join; one it drops leaves once its "
+    "call finishes; a failing orchestrator keeps the last learners") {
+  CaptureSink& logs = CapturedLogs();
+  ExampleLearnerOptions slow_learn;
+  slow_learn.delay = milliseconds(800);
+  slow_learn.delay_on = "Learn";
+  auto l0 = StartLearner();
+  auto l1 = StartLearner(slow_learn);
+  auto l2 = StartLearner();
+  FakeOrchestrator orchestrator;
+  orchestrator.SetLearners({l0->address, l1->address, l2->address});
+  AggregatorConfig config = FastConfig({}, 1);
+  config.learner_sources = {orchestrator.Config()};
+  auto aggregator = StartAggregator(config);
+  REQUIRE(Eventually([&] {
+    return PoolIds(*aggregator) ==
+           std::vector<std::string>{l0->address, l1->address, l2->address};
+  }));
+  auto stub = LearnerStub(aggregator->address());
+
+  // l1 is dropped while a Learn is in flight to it: the call finishes, the
+  // next plans are over l0 and l2 (the original crashed here).
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  auto learn = std::async(std::launch::async, [&] {
+    pb::LearnRequest batch = Batch(static_cast<int>(demand.batch_size()), "a");
+    batch.set_plan_id(demand.plan_id());
+    pb::LearnReply reply;
+    return stub->Learn(Deadline().get(), batch, &reply);
+  });
+  REQUIRE(Eventually([&] { return l1->learner->calls() >= 2; }));
+  orchestrator.SetLearners({l0->address, l2->address});
+  REQUIRE(Eventually([&] {
+    return PoolIds(*aggregator) ==
+           std::vector<std::string>{l0->address, l2->address};
+  }));
+  const grpc::Status in_flight = learn.get();
+  CHECK(in_flight.ok());
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  CHECK(demand.batch_size() == 64);
+
+  // Every kind of failure, in one episode: the learners stay; logged once.
+  const std::string failed_line = "learner source orchestrator " +
+                                  orchestrator.url() +
+                                  " ns/agg-0: refresh failed";
+  const size_t logged = logs.Count(failed_line);
+  for (Reply reply :
+       {Reply::kHttp500, Reply::kGarbage, Reply::kRefused, Reply::kHang}) {
+    const int64_t errors = aggregator->discovery().Status().at(0).errors;
+    orchestrator.SetReplies(reply, Reply::kOk);
+    REQUIRE(Eventually(
+        [&] {
+          return aggregator->discovery().Status().at(0).errors >= errors + 2;
+        },
+        milliseconds(10000)));
+    CHECK(PoolIds(*aggregator) ==
+          std::vector<std::string>{l0->address, l2->address});
+  }
+  CHECK(stub->GetData(Deadline().get(), {}, &demand).ok());
+  // While it fails, status says why.
+  auto admin = pb::AggregatorAdmin::NewStub(grpc::CreateChannel(
+      aggregator->admin_address(), grpc::InsecureChannelCredentials()));
+  pb::AggregatorStatus status;
+  REQUIRE(admin->GetStatus(Deadline().get(), {}, &status).ok());
+  REQUIRE(status.sources_size() == 1);
+  CHECK(status.sources(0).kind() == "orchestrator");
+  CHECK(status.sources(0).target() == orchestrator.url() + " ns/agg-0");
+  CHECK(std::vector<std::string>(status.sources(0).members().begin(),
+                                 status.sources(0).members().end()) ==
+        std::vector<std::string>{l0->address, l2->address});
+  CHECK_THAT(status.sources(0).last_error(),
+             Catch::Contains("no complete reply within 500ms"));
+  CHECK(status.sources(0).has_since_last_refresh());
+  CHECK(status.sources(0).errors() >= 8);
+  CHECK(logs.Count(failed_line) == logged + 1);  // the episode's first only
+  CHECK(SourceMetric(*aggregator, "aggregator_source_errors_total") ==
+        static_cast<double>(aggregator->discovery().Status().at(0).errors));
+
+  // It answers again, with l1 back: appended after the others.
+  orchestrator.SetLearners({l1->address, l0->address, l2->address});
+  orchestrator.SetReplies(Reply::kOk, Reply::kOk);
+  REQUIRE(Eventually(
+      [&] {
+        return PoolIds(*aggregator) ==
+               std::vector<std::string>{l0->address, l2->address, l1->address};
+      },
+      milliseconds(10000)));
+  CHECK(aggregator->discovery().Status().at(0).last_error.empty());
+  CHECK(SourceMetric(*aggregator, "aggregator_source_learners") == 3);
+}
+
+TEST_CASE(
+    "A learner that stays failed is reported to the orchestrator once "
+    "per failure episode, by its pod name, and again after a failed "
+    "report") {
+  FakeOrchestrator orchestrator;
+  const int port = ClosedPort();
+  const std::string address = "localhost:" + std::to_string(port);
+  auto good = StartLearner();
+  orchestrator.SetLearners({good->address, address});
+  // The first report fails (HTTP 500): it is sent again, after 100 ms.
+  orchestrator.SetReplies(Reply::kOk, Reply::kHttp500);
+  AggregatorConfig config = FastConfig({}, 1);
+  config.learner_sources = {orchestrator.Config()};
+  auto aggregator = StartAggregator(config);
+
+  const json expected = {{"namespace", "ns"},
+                         {"coordinator", "agg-0"},
+                         {"collectors", json::array()},
+                         {"learners", {"localhost"}}};
+  REQUIRE(Eventually([&] { return orchestrator.reports().size() == 1; },
+                     milliseconds(10000)));
+  orchestrator.SetReplies(Reply::kOk, Reply::kOk);
+  REQUIRE(Eventually([&] { return orchestrator.reports().size() == 2; },
+                     milliseconds(10000)));
+  // Accepted: no more reports while it stays failed.
+  const int gets = orchestrator.gets();
+  REQUIRE(Eventually([&] { return orchestrator.gets() >= gets + 10; },
+                     milliseconds(10000)));
+  CHECK(orchestrator.reports() == std::vector<json>{expected, expected});
+  CHECK(StateOf(*aggregator, address) == LearnerState::kFailed);
+  SourceSnapshot source = aggregator->discovery().Status().at(0);
+  CHECK(source.reported == 1);
+  CHECK(source.report_errors == 1);
+
+  // It comes back (the orchestrator replaced it): the episode ends.
+  auto replaced = StartLearner({}, "127.0.0.1:" + std::to_string(port));
+  REQUIRE(Eventually(
+      [&] { return StateOf(*aggregator, address) == LearnerState::kReady; },
+      milliseconds(10000)));
+  const int ready_gets = orchestrator.gets();
+  REQUIRE(Eventually([&] { return orchestrator.gets() >= ready_gets + 2; }));
+  // It fails again: a new episode, reported once more.
+  replaced->Shutdown();
+  REQUIRE(Eventually([&] { return orchestrator.reports().size() == 3; },
+                     milliseconds(10000)));
+  const int later = orchestrator.gets();
+  REQUIRE(Eventually([&] { return orchestrator.gets() >= later + 10; },
+                     milliseconds(10000)));
+  CHECK(orchestrator.reports().size() == 3);
+  CHECK(orchestrator.reports().back() == expected);
+  CHECK(aggregator->discovery().Status().at(0).reported == 2);
+  CHECK(SourceMetric(*aggregator, "aggregator_source_failed_reports_total") ==
+        2);
+}
+
+}  // namespace
+}  // namespace aggregator::testing
