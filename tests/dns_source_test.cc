@@ -25,22 +25,34 @@ namespace {
 namespace pb = aggregator::v1;
 using std::chrono::seconds;
 
+// A UDP socket bound to a free port of 127.0.0.1; sets `port`.
+int BoundUdpSocket(int* port) {
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t length = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 // A port free for both UDP and TCP on 127.0.0.1 right now (DNS uses both).
 int FreeDnsPort() {
   for (int attempt = 0; attempt < 50; ++attempt) {
-    const int udp = socket(AF_INET, SOCK_DGRAM, 0);
+    int port = 0;
+    const int udp = BoundUdpSocket(&port);
+    const int tcp = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(udp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-    socklen_t length = sizeof(addr);
-    REQUIRE(getsockname(udp, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
-    const int tcp = socket(AF_INET, SOCK_STREAM, 0);
+    addr.sin_port = htons(port);
     const bool free =
         bind(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     close(tcp);
     close(udp);
-    if (free) return ntohs(addr.sin_port);
+    if (free) return port;
   }
   FAIL("no free port for dnsmasq");
   return 0;
@@ -164,16 +176,10 @@ TEST_CASE(
                                down.nameserver->ToString() + ": "));
 
   // A socket that takes the queries and never answers.
-  const int silent = socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t length = sizeof(addr);
-  REQUIRE(getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &length) ==
-          0);
+  int silent_port = 0;
+  const int silent = BoundUdpSocket(&silent_port);
   DnsSourceConfig hanging = Source("learners.test", 1, dns);
-  hanging.nameserver = HostPort::Tcp("127.0.0.1", ntohs(addr.sin_port));
+  hanging.nameserver = HostPort::Tcp("127.0.0.1", silent_port);
   const auto start = Clock::now();
   auto timed_out = DnsSource(hanging).Fetch(Within(milliseconds(600)));
   const double took = Seconds(Clock::now() - start);
@@ -230,16 +236,6 @@ std::string Hosts(std::initializer_list<int> octets) {
   return hosts;
 }
 
-std::vector<std::string> ReadyIds(AggregatorServer& server) {
-  std::vector<std::string> ids;
-  for (const LearnerSnapshot& learner : server.pool().Status()) {
-    ids.push_back(learner.id + (learner.state == LearnerState::kReady
-                                    ? ""
-                                    : " (not ready)"));
-  }
-  return ids;
-}
-
 std::vector<std::string> StringList(const google::protobuf::Value& value) {
   std::vector<std::string> out;
   for (const auto& v : value.list_value().values()) {
@@ -280,7 +276,7 @@ TEST_CASE(
   config.learner_sources = {Source("learners.test", learners.port, dns)};
   auto aggregator = StartAggregator(config);
   REQUIRE(Eventually([&] {
-    return ReadyIds(*aggregator) ==
+    return PoolIds(*aggregator) ==
            std::vector<std::string>{learners.Id(11), learners.Id(12)};
   }));
   auto stub = LearnerStub(aggregator->address());
@@ -292,9 +288,9 @@ TEST_CASE(
   const auto changed = Clock::now();
   dns.SetHosts(Hosts({14, 11, 13}));
   REQUIRE(Eventually([&] {
-    return ReadyIds(*aggregator) == std::vector<std::string>{learners.Id(11),
-                                                             learners.Id(13),
-                                                             learners.Id(14)};
+    return PoolIds(*aggregator) == std::vector<std::string>{learners.Id(11),
+                                                            learners.Id(13),
+                                                            learners.Id(14)};
   }));
   const double change_seconds = Seconds(Clock::now() - changed);
   pb::LearnRequest batch = Batch(static_cast<int>(before.batch_size()), "old");
@@ -360,7 +356,7 @@ TEST_CASE(
     const int steps = succeeded;
     dns.SetHosts(Hosts(records));
     const auto start = Clock::now();
-    REQUIRE(Eventually([&] { return ReadyIds(*aggregator) == expected; },
+    REQUIRE(Eventually([&] { return PoolIds(*aggregator) == expected; },
                        milliseconds(15000)));
     const double seconds = Seconds(Clock::now() - start);
     // Some steps go through on the new set before the next change.
@@ -385,7 +381,7 @@ TEST_CASE(
   if (!wrong.empty()) FAIL(wrong.front());
 
   // The records vanish (NXDOMAIN): an error, and the pool keeps the learners.
-  const std::vector<std::string> kept = ReadyIds(*aggregator);
+  const std::vector<std::string> kept = PoolIds(*aggregator);
   const int64_t errors = aggregator->discovery().Status().at(0).errors;
   dns.SetHosts("");
   REQUIRE(Eventually(
@@ -399,7 +395,7 @@ TEST_CASE(
         "learners.test: no A or AAAA records at DNS "
         "server " +
             dns.address().ToString());
-  CHECK(ReadyIds(*aggregator) == kept);
+  CHECK(PoolIds(*aggregator) == kept);
   pb::DataDemand still;
   CHECK(stub->GetData(Deadline().get(), {}, &still).ok());
   CHECK(still.batch_size() == 3 * 32);

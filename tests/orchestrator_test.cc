@@ -259,16 +259,6 @@ TEST_CASE(
   CHECK(PodName(HostPort::Tcp("training", 1), "training") == "training");
 }
 
-std::vector<std::string> PoolIds(AggregatorServer& server) {
-  std::vector<std::string> ids;
-  for (const LearnerSnapshot& learner : server.pool().Status()) {
-    ids.push_back(learner.id + (learner.state == LearnerState::kReady
-                                    ? ""
-                                    : " (not ready)"));
-  }
-  return ids;
-}
-
 double SourceMetric(AggregatorServer& server, const std::string& name) {
   for (const auto& family : server.metrics().collectable()->Collect()) {
     if (family.name != name) continue;
@@ -374,12 +364,13 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "A learner that stays failed is reported to the orchestrator once "
-    "per failure episode, by its pod name, and again after a failed "
-    "report") {
+    "A learner that stays failed is reported to the orchestrator once per "
+    "failure episode, and again after a failed report") {
   FakeOrchestrator orchestrator;
   const int port = ClosedPort();
-  const std::string address = "localhost:" + std::to_string(port);
+  // (An IP address: Debian's c-ares 1.18 leaks a little on each lookup of
+  // "localhost" that gRPC makes, which LeakSanitizer reports.)
+  const std::string address = "127.0.0.1:" + std::to_string(port);
   auto good = StartLearner();
   orchestrator.SetLearners({good->address, address});
   // The first report fails (HTTP 500): it is sent again, after 100 ms.
@@ -391,7 +382,7 @@ TEST_CASE(
   const json expected = {{"namespace", "ns"},
                          {"coordinator", "agg-0"},
                          {"collectors", json::array()},
-                         {"learners", {"localhost"}}};
+                         {"learners", {"127.0.0.1"}}};
   REQUIRE(Eventually([&] { return orchestrator.reports().size() == 1; },
                      milliseconds(10000)));
   orchestrator.SetReplies(Reply::kOk, Reply::kOk);

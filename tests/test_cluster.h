@@ -137,6 +137,18 @@ inline std::optional<LearnerState> StateOf(AggregatorServer& server,
   return std::nullopt;
 }
 
+// The pool's learners in order, each id followed by " (not ready)" unless it
+// is ready.
+inline std::vector<std::string> PoolIds(AggregatorServer& server) {
+  std::vector<std::string> ids;
+  for (const LearnerSnapshot& learner : server.pool().Status()) {
+    ids.push_back(learner.id + (learner.state == LearnerState::kReady
+                                    ? ""
+                                    : " (not ready)"));
+  }
+  return ids;
+}
+
 inline double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
