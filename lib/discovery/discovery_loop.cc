@@ -87,8 +87,7 @@ std::vector<HostPort> StableMerge(const std::vector<HostPort>& previous,
 struct DiscoveryLoop::Source {
   explicit Source(LearnerSourceConfig config_in)
       : key(LearnerSourceKey(config_in)),
-        name(absl::StrCat("learner source ", LearnerSourceKind(config_in), " ",
-                          LearnerSourceTarget(config_in))),
+        name(absl::StrCat("learner source ", key)),
         config(std::move(config_in)) {}
 
   // A learner of the source the pool has had failed since `since`.
@@ -98,7 +97,8 @@ struct DiscoveryLoop::Source {
   };
 
   const std::string key;
-  const std::string name;  // for logs: "learner source dns name:port"
+  // For logs, whatever the settings: "learner source dns learners.test".
+  const std::string name;
   std::atomic<bool> cut_requests{false};  // RequestLimits::stop
   std::thread thread;
 
