@@ -157,6 +157,18 @@ absl::Status ForEachField(
 
 absl::StatusOr<RawBatch> RawBatch::Scan(const grpc::ByteBuffer& request,
                                         int64_t max_samples) {
+  absl::StatusOr<RawBatch> batch = ScanUpTo(request, max_samples);
+  if (batch.ok() && batch->exceeds()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Learn request holds more than ", max_samples,
+        " samples, more than any plan demands; call GetData and send what it "
+        "demands"));
+  }
+  return batch;
+}
+
+absl::StatusOr<RawBatch> RawBatch::ScanUpTo(const grpc::ByteBuffer& request,
+                                            int64_t max_samples) {
   RawBatch batch;
   if (!request.Valid()) return batch;  // no bytes at all: an empty message
   if (grpc::Status dumped = request.Dump(&batch.slices_); !dumped.ok()) {
@@ -167,7 +179,6 @@ absl::StatusOr<RawBatch> RawBatch::Scan(const grpc::ByteBuffer& request,
     batch.slice_starts_.push_back(batch.size_);
     batch.size_ += slice.size();
   }
-  bool too_many = false;
   absl::Status scanned = ForEachField(
       batch.slices_, batch.size_,
       [&](const FieldRecord& field, Reader& reader) {
@@ -177,18 +188,12 @@ absl::StatusOr<RawBatch> RawBatch::Scan(const grpc::ByteBuffer& request,
         }
         if (field.number != kSamplesField) return true;
         if (static_cast<int64_t>(++batch.sample_count_) > max_samples) {
-          too_many = true;
+          batch.exceeds_ = true;
           return false;
         }
         return true;
       });
   if (!scanned.ok()) return scanned;
-  if (too_many) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Learn request holds more than ", max_samples,
-        " samples, more than any plan demands; call GetData and send what it "
-        "demands"));
-  }
   return batch;
 }
 
@@ -197,7 +202,7 @@ absl::StatusOr<std::vector<RawBatch::Part>> RawBatch::Cut(
     const std::string& trailer) const {
   size_t total = 0;
   for (size_t count : counts) total += count;
-  if (total != sample_count_ || plan_ids.size() != counts.size()) {
+  if (exceeds_ || total != sample_count_ || plan_ids.size() != counts.size()) {
     return absl::InternalError(absl::StrCat(
         "RawBatch::Cut: parts of ", total, " samples for ", sample_count_, ", ",
         plan_ids.size(), " plan ids for ", counts.size(), " parts"));

@@ -45,6 +45,13 @@ class RawBatch {
   // than `max_samples` samples (it stops reading there).
   static absl::StatusOr<RawBatch> Scan(const grpc::ByteBuffer& request,
                                        int64_t max_samples);
+  // As Scan, but more than `max_samples` samples is not an error: the scan
+  // stops at the first sample past them and exceeds() says so (such a batch
+  // cannot be Cut). For callers that word that error themselves.
+  static absl::StatusOr<RawBatch> ScanUpTo(const grpc::ByteBuffer& request,
+                                           int64_t max_samples);
+
+  bool exceeds() const { return exceeds_; }
 
   size_t sample_count() const { return sample_count_; }
   const std::string& plan_id() const { return plan_id_; }
@@ -65,6 +72,7 @@ class RawBatch {
   size_t size_ = 0;
   size_t sample_count_ = 0;
   std::string plan_id_;
+  bool exceeds_ = false;
 };
 
 }  // namespace aggregator

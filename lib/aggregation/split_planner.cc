@@ -109,15 +109,19 @@ int64_t SplitPlanner::LargestTotal() const {
 
 absl::Status CheckSampleCount(const Plan& plan, int64_t sample_count) {
   if (sample_count == plan.total) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("Learn got ", sample_count, " samples but plan '", plan.id,
-                   "' demands ", plan.total, " (",
-                   absl::StrJoin(plan.slices, ", ",
-                                 [](std::string* out, const PlanSlice& slice) {
-                                   absl::StrAppend(out, slice.learner_id, ": ",
-                                                   slice.batch_size);
-                                 }),
-                   ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Learn got ", sample_count, " samples but ", DescribePlan(plan)));
+}
+
+std::string DescribePlan(const Plan& plan) {
+  return absl::StrCat(
+      "plan '", plan.id, "' demands ", plan.total, " (",
+      absl::StrJoin(plan.slices, ", ",
+                    [](std::string* out, const PlanSlice& slice) {
+                      absl::StrAppend(out, slice.learner_id, ": ",
+                                      slice.batch_size);
+                    }),
+      ")");
 }
 
 }  // namespace aggregator

@@ -109,6 +109,9 @@ class SplitPlanner {
 // equals the plan's total.
 absl::Status CheckSampleCount(const Plan& plan, int64_t sample_count);
 
+// "plan 'ID' demands 128 (learner0: 64, learner1: 64)", for messages.
+std::string DescribePlan(const Plan& plan);
+
 }  // namespace aggregator
 
 #endif  // LIB_AGGREGATION_SPLIT_PLANNER_H_
