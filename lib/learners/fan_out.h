@@ -43,6 +43,21 @@ using StartCall = void (*)(const LearnerHandle& learner,
                            Reply* reply,
                            std::function<void(grpc::Status)> done);
 
+// A context for a call to a learner on behalf of `parent` (null: none): it
+// propagates the parent's deadline and cancellation, ends by `deadline` at the
+// latest, and carries `call_path` (when not empty).
+inline std::unique_ptr<grpc::ClientContext> NewLearnerContext(
+    grpc::CallbackServerContext* parent,
+    std::chrono::system_clock::time_point deadline,
+    const std::string& call_path) {
+  auto context = parent != nullptr
+                     ? grpc::ClientContext::FromCallbackServerContext(*parent)
+                     : std::make_unique<grpc::ClientContext>();
+  context->set_deadline(deadline);
+  if (!call_path.empty()) context->AddMetadata(kCallPathKey, call_path);
+  return context;
+}
+
 // Calls every learner. `requests` holds one request for all learners or one per
 // learner (in the same order). `done` runs once, on a gRPC thread, with every
 // call's outcome; it may consume the calls.
@@ -71,11 +86,7 @@ void FanOut(grpc::CallbackServerContext* parent,
   for (size_t i = 0; i < learners.size(); ++i) {
     auto& call = state->calls[i];
     call.learner = std::move(learners[i]);
-    call.context = parent != nullptr
-                       ? grpc::ClientContext::FromCallbackServerContext(*parent)
-                       : std::make_unique<grpc::ClientContext>();
-    call.context->set_deadline(deadline);
-    if (!call_path.empty()) call.context->AddMetadata(kCallPathKey, call_path);
+    call.context = NewLearnerContext(parent, deadline, call_path);
   }
   // Start only after every call is set up: the first may finish at once.
   for (size_t i = 0; i < state->calls.size(); ++i) {
