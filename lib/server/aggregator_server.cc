@@ -130,7 +130,8 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
       self->pool_.get(), config.service,
       LearnerServiceOptions{
           &self->metrics_, self->aggregator_id_,
-          std::min<int64_t>(config.max_message_bytes, INT_MAX)});
+          std::min<int64_t>(config.max_message_bytes, INT_MAX),
+          self->options_.learn_stream_window_bytes});
   self->admin_service_ = std::make_unique<AdminService>(
       [raw] { return raw->Status(); }, self->options_.reload);
   self->metrics_.AddCollector([raw] { raw->CollectMetrics(); });

@@ -67,6 +67,9 @@ struct ServerOptions {
   // Serves AggregatorAdmin.Reload: re-reads the configuration and calls
   // Reload(). Without it the RPC answers UNIMPLEMENTED.
   std::function<absl::StatusOr<ReloadResult>()> reload;
+  // LearnerServiceOptions::stream_window_bytes (tests make it small).
+  size_t learn_stream_window_bytes =
+      LearnerServiceOptions().stream_window_bytes;
 };
 
 class AggregatorServer {

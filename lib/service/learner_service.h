@@ -11,7 +11,10 @@
 //   returns;
 // - Learn checks the plan (latest, same learners, same sample count), sends
 // slice i to
-//   learner i and merges the infos (lib/aggregation/info_merger.h).
+//   learner i and merges the infos (lib/aggregation/info_merger.h);
+// - LearnStream does what Learn does for a batch that arrives as a stream,
+//   sending each learner its slice as soon as the slice has arrived
+//   (lib/aggregation/stream_splitter.h, lib/learners/slice_sender.h).
 // Every failure is a prompt gRPC error naming the learner(s) and the cause.
 // Calls that loop back through this aggregator, or pass through too many, are
 // refused before anything is sent (lib/learners/call_path.h).
@@ -21,6 +24,7 @@
 #ifndef LIB_SERVICE_LEARNER_SERVICE_H_
 #define LIB_SERVICE_LEARNER_SERVICE_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -37,6 +41,7 @@
 #include "lib/config/config.h"
 #include "lib/learners/fan_out.h"
 #include "lib/learners/learner_pool.h"
+#include "lib/learners/slice_sender.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/service/inflight_budget.h"
 #include "lib/service/membership.h"
@@ -54,13 +59,18 @@ struct LearnerServiceOptions {
   // The largest reply gRPC will send (max_message_bytes): a merged Learn
   // reply over it fails with RESOURCE_EXHAUSTED naming each learner's share.
   int64_t max_reply_bytes = std::numeric_limits<int32_t>::max();
+  // A LearnStream stops reading its caller while the learners it streams to
+  // have more than this queued, so a slow one holds the caller back instead
+  // of filling the aggregator's memory.
+  size_t stream_window_bytes = 8 << 20;
 };
 
-// Learn is relayed as raw bytes (lib/aggregation/raw_batch.h): the batch is
-// never parsed.
+// Learn and LearnStream are relayed as raw bytes (lib/aggregation/raw_batch.h):
+// the batch is never parsed.
 class LearnerService final
-    : public aggregator::v1::Learner::WithRawCallbackMethod_Learn<
-          aggregator::v1::Learner::CallbackService> {
+    : public aggregator::v1::Learner::WithRawCallbackMethod_LearnStream<
+          aggregator::v1::Learner::WithRawCallbackMethod_Learn<
+              aggregator::v1::Learner::CallbackService>> {
  public:
   // `pool` must outlive the service. A call proceeds with min_learners ready
   // learners (at least one is always needed).
@@ -83,6 +93,14 @@ class LearnerService final
   }
   uint64_t membership_generation() const { return membership_.generation(); }
 
+  // Bytes of LearnStream batches received and not yet passed to a learner's
+  // connection, now and at most since the start.
+  struct Buffered {
+    int64_t now = 0;
+    int64_t peak = 0;
+  };
+  Buffered StreamBuffered() const;
+
   // From now on new calls fail with UNAVAILABLE; calls in flight go on.
   void StartDraining();
   // Waits until no call is in flight or the deadline passes; true when none is.
@@ -103,6 +121,8 @@ class LearnerService final
   grpc::ServerUnaryReactor* Learn(grpc::CallbackServerContext* context,
                                   const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* reply) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* LearnStream(
+      grpc::CallbackServerContext* context, grpc::ByteBuffer* reply) override;
   grpc::ServerUnaryReactor* CloseTask(
       grpc::CallbackServerContext* context,
       const aggregator::v1::CloseTaskRequest* request,
@@ -123,7 +143,10 @@ class LearnerService final
     std::chrono::steady_clock::time_point started;
     std::shared_ptr<const Settings> settings;
     std::string path;  // the call path its calls to learners carry
+    bool timed;        // the caller asked for the timing (call_timing.h)
   };
+  // A LearnStream being relayed (defined in learner_service.cc).
+  class LearnStreamCall;
   // The learners a call goes to (members, and those the task will be
   // replayed to), or UNAVAILABLE when fewer than min_learners (and at least
   // one) are.
@@ -174,35 +197,51 @@ class LearnerService final
   template <typename Request, typename Reply>
   grpc::Status Summarize(const char* method,
                          const LearnerCalls<Request, Reply>& calls);
-  // Merges the learners' serialized Learn replies into `reply`.
-  // `counts[i]`: the samples learner i was sent.
+  // Merges the learners' serialized Learn replies into `reply` (for
+  // `method`: Learn or LearnStream). `counts[i]`: the samples learner i was
+  // sent.
   grpc::Status MergeLearn(
+      const char* method,
       LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
       const std::vector<size_t>& counts, const Settings& settings,
       grpc::ByteBuffer* reply);
   // The plan's learners, if each is still ready at the plan's epoch.
   absl::StatusOr<std::vector<LearnerHandle>> PlanLearners(
-      const Plan& plan) const;
+      const char* method, const Plan& plan) const;
   // Counts a new call in, setting `*call_path` to what its calls to learners
-  // carry; or finishes it: UNAVAILABLE when draining, FAILED_PRECONDITION when
-  // it loops back here or has passed through too many aggregators.
+  // carry; or refuses it (recorded): UNAVAILABLE when draining,
+  // FAILED_PRECONDITION when it loops back here or has passed through too
+  // many aggregators.
+  grpc::Status Admit(grpc::CallbackServerContext* context, const char* method,
+                     std::string* call_path);
+  // Admit, finishing `reactor` with the refusal; true when admitted.
   bool Enter(grpc::CallbackServerContext* context,
              grpc::ServerUnaryReactor* reactor, const char* method,
              std::string* call_path);
+  // Records an incoming call's outcome in the metrics.
+  void Served(const char* method, std::chrono::steady_clock::time_point started,
+              const grpc::Status& status);
+  // Counts an admitted call out.
+  void Leave();
   // Finishes an incoming call (counted in by Enter) and records it.
   void Finish(grpc::ServerUnaryReactor* reactor, const char* method,
               std::chrono::steady_clock::time_point started,
               const grpc::Status& status);
+  // Moves the LearnStream bytes buffered by `delta`.
+  void AddBuffered(int64_t delta);
 
   LearnerPool* const pool_;
   AggregatorMetrics* const metrics_;
   const std::string aggregator_id_;
   const int64_t max_reply_bytes_;
+  const size_t stream_window_bytes_;
   SplitPlanner planner_;
   Membership membership_;
   StragglerWatch stragglers_;
-  const MemoryLimit memory_;  // what "auto" is a quarter of
-  InflightBudget inflight_;   // the Learn batches in flight
+  const MemoryLimit memory_;          // what "auto" is a quarter of
+  InflightBudget inflight_;           // the Learn batches in flight
+  std::atomic<int64_t> buffered_{0};  // StreamBuffered()
+  std::atomic<int64_t> buffered_peak_{0};
   mutable Mutex mu_;
   std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -63,7 +63,9 @@ class SdkTest(unittest.TestCase):
         self.addCleanup(self.client.close)
 
     def test_every_rpc_round_trips(self):
-        self.assertEqual(self.client.resource(), {"gpus": 2, "learners": 1})
+        # A plain learner does not serve LearnStream.
+        self.assertEqual(self.client.resource(),
+                         {"gpus": 2, "learners": 1, "learn_stream": False})
         info = {"task_id": "t1", "lr": 0.001, "layers": [64, 64], "nested": {"on": True},
                 "none": None}
         self.assertEqual(self.client.start_task(info), {"message": "task started"})
