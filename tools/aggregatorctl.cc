@@ -8,6 +8,8 @@
 //     resource | start [--task-info FILE.json] | demand | close
 //     learn --samples N --bytes B [--plan-id ID]
 //     run --steps K [--bytes B]      GetData -> Learn K times, with a summary
+//       (learn and run send a batch over --stream-threshold bytes by
+//        LearnStream, in messages of --stream-message-bytes)
 //     status                         learners, workers and learner sources
 //                                    (AggregatorAdmin)
 //     health [--service NAME] [--live]  exit 0 when SERVING (--live: when it
@@ -36,12 +38,14 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
+#include "tools/learn_client.h"
 #include "tools/synthetic_batch.h"
 
 namespace {
 
 namespace pb = aggregator::v1;
 using Clock = std::chrono::steady_clock;
+using aggregator::LearnBatch;
 using aggregator::SyntheticBatch;
 
 struct Options {
@@ -59,6 +63,7 @@ struct Options {
   int64_t steps = 10;
   std::string health_service;
   bool health_live = false;
+  aggregator::LearnOptions learn;
 };
 
 std::unique_ptr<grpc::ClientContext> Context(const Options& options) {
@@ -101,8 +106,11 @@ int Run(pb::Learner::Stub& stub, const Options& options) {
     batch.set_plan_id(demand.plan_id());
     pb::LearnReply reply;
     const auto learn_started = Clock::now();
-    status = stub.Learn(Context(options).get(), batch, &reply);
-    if (!status.ok()) return Fail("Learn", status);
+    bool streamed = false;
+    status = LearnBatch(
+        stub, [&] { return Context(options); }, batch, options.learn, &reply,
+        &streamed);
+    if (!status.ok()) return Fail(streamed ? "LearnStream" : "Learn", status);
     latencies.push_back(
         std::chrono::duration<double, std::milli>(Clock::now() - learn_started)
             .count());
@@ -311,6 +319,20 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   run->add_option("--bytes", options.bytes, "bytes of data per sample")
       ->check(CLI::NonNegativeNumber);
+  for (CLI::App* sends : {learn, run}) {
+    sends
+        ->add_option("--stream-threshold", options.learn.stream_threshold_bytes,
+                     "a batch of more bytes goes by LearnStream, so an "
+                     "aggregator passes each learner its slice as it arrives")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    sends
+        ->add_option("--stream-message-bytes",
+                     options.learn.stream_message_bytes,
+                     "samples per LearnStream message, in bytes")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+  }
   auto* status =
       app.add_subcommand("status", "learners, workers and learner sources");
   auto* reload = app.add_subcommand(
@@ -391,8 +413,11 @@ int main(int argc, char** argv) {
         SyntheticBatch(options.samples, options.bytes, "ctl-");
     request.set_plan_id(options.plan_id);
     pb::LearnReply reply;
-    grpc::Status s = stub->Learn(Context(options).get(), request, &reply);
-    if (!s.ok()) return Fail("Learn", s);
+    bool streamed = false;
+    grpc::Status s = LearnBatch(
+        *stub, [&] { return Context(options); }, request, options.learn, &reply,
+        &streamed);
+    if (!s.ok()) return Fail(streamed ? "LearnStream" : "Learn", s);
     std::printf("%s\n", Json(reply).c_str());
   } else if (close->parsed()) {
     pb::CloseTaskReply reply;
