@@ -2,12 +2,15 @@
 two C++ example learners as workers, driven by AggregatorClient: the merged priorities
 and replay ids line up with the samples sent; a Python learner that raises in learn
 fails the call naming that learner and the exception; a SIGKILLed Python learner is
-restarted by the daemon and rejoins."""
+restarted by the daemon and rejoins; a batch over the client's stream_threshold goes by
+LearnStream and lines up the same."""
 
 import os
+import re
 import signal
 import sys
 import unittest
+import urllib.request
 
 import testutil
 from learner_aggregator import AggregatorClient, AggregatorError, Sample
@@ -25,7 +28,7 @@ def config(port_base: int) -> str:
     return f"""
 listen: "127.0.0.1:0"
 min_learners: 4
-metrics: {{listen: ""}}
+metrics: {{listen: "127.0.0.1:0"}}
 admin: {{listen: "127.0.0.1:0"}}
 connect:
   timeout: 60s
@@ -75,15 +78,16 @@ class MixedClusterTest(unittest.TestCase):
         learners = {l["id"]: l["state"] for l in status["learners"]}
         return learners == {name: "LEARNER_STATE_READY" for name in LEARNERS}
 
-    def train_step(self, step: int):
-        demand = self.client.get_data()
+    def train_step(self, step: int, client=None):
+        client = client or self.client
+        demand = client.get_data()
         self.assertEqual(demand["batch_size"], TOTAL)
         self.assertEqual(demand["membership"]["members"], LEARNERS)
         samples = make_samples(step)
-        return samples, self.client.learn(samples, demand["plan_id"])
+        return samples, client.learn(samples, demand["plan_id"])
 
-    def check_lines_up(self, step: int):
-        samples, reply = self.train_step(step)
+    def check_lines_up(self, step: int, client=None):
+        samples, reply = self.train_step(step, client)
         info = reply["info"]
         self.assertEqual(info["priority_info"]["replay_unique_id"],
                          [s.meta["replay_unique_id"] for s in samples])
@@ -96,7 +100,7 @@ class MixedClusterTest(unittest.TestCase):
         self.assertEqual(reply["task_id"], "mixed")
 
     def test_1_priorities_and_ids_line_up(self):
-        self.assertEqual(self.client.resource(), {"gpus": 4, "learners": 4})
+        self.assertEqual(self.client.resource(), {"gpus": 4, "learners": 4, "learn_stream": True})
         for step in range(3):
             self.check_lines_up(step)
 
@@ -130,6 +134,27 @@ class MixedClusterTest(unittest.TestCase):
         # The restarted learner has no task: start it again, as a coordinator would.
         self.client.start_task({"task_id": "mixed", "buffer_id": "buf"})
         self.check_lines_up(200)
+
+    def served(self, rpc: str) -> float:
+        """aggregator_requests_total{rpc, code="OK"} from the daemon's metrics."""
+        line = self.daemon.wait_for_line("metrics on http://")
+        url = line.split("metrics on ", 1)[1].split()[0]
+        with urllib.request.urlopen(url, timeout=testutil.LONG_WAIT) as response:
+            text = response.read().decode()
+        for labels, value in re.findall(r'^aggregator_requests_total\{([^}]*)\} (\S+)$', text,
+                                        re.MULTILINE):
+            if f'rpc="{rpc}"' in labels and 'code="OK"' in labels:
+                return float(value)
+        return 0.0
+
+    def test_4_a_batch_over_the_threshold_streams(self):
+        streaming = AggregatorClient(self.daemon.address, timeout=testutil.LONG_WAIT,
+                                     stream_threshold=100, stream_message_bytes=150)
+        self.addCleanup(streaming.close)
+        before = self.served("LearnStream")
+        for step in range(300, 302):
+            self.check_lines_up(step, streaming)
+        self.assertEqual(self.served("LearnStream"), before + 2)
 
 
 if __name__ == "__main__":

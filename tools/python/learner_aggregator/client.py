@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import grpc
 from google.protobuf import duration_pb2, struct_pb2
@@ -55,6 +55,11 @@ class AggregatorClient:
     `tls_key` (our certificate, for mTLS) and `tls_server_name` (the name its
     certificate must carry) call over TLS, as aggregatorctl's --tls-* flags.
 
+    learn() sends a batch of more than `stream_threshold` bytes by LearnStream, in
+    messages of about `stream_message_bytes`, so that an aggregator passes each learner
+    its slice while the rest of the batch is still on its way (aggregatorctl's
+    --stream-threshold and --stream-message-bytes).
+
     Every call has a deadline of `timeout` seconds and returns its reply as a dict
     (message_to_dict); a failed call raises AggregatorError with the status code and
     the server's details. Thread-safe; close() (or `with`) releases the channel.
@@ -64,7 +69,9 @@ class AggregatorClient:
                  admin_address: Optional[str] = None,
                  max_message_bytes: int = 1 << 30, tls_ca: Optional[str] = None,
                  tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-                 tls_server_name: Optional[str] = None) -> None:
+                 tls_server_name: Optional[str] = None,
+                 stream_threshold: int = 1 << 20,
+                 stream_message_bytes: int = 1 << 20) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("tls_cert and tls_key go together")
         self._credentials: Optional[grpc.ChannelCredentials] = None
@@ -83,6 +90,8 @@ class AggregatorClient:
             admin_address = address.rsplit(":", 1)[0] + ":22274"
         self.admin_address = admin_address
         self.timeout = timeout
+        self.stream_threshold = stream_threshold
+        self.stream_message_bytes = stream_message_bytes
         self._max_message_bytes = max_message_bytes
         self._channel = self._open_channel(address)
         self._learner = learner_pb2_grpc.LearnerStub(self._channel)
@@ -109,7 +118,8 @@ class AggregatorClient:
             raise AggregatorError(name, e.code(), e.details() or "") from None
 
     def resource(self) -> Dict[str, Any]:
-        """{"gpus", "learners"}: summed over the aggregator's ready learners."""
+        """{"gpus", "learners"}: summed over the aggregator's ready learners;
+        "learn_stream": whether it serves LearnStream (an aggregator does)."""
         return self._call("GetResource", self._learner.GetResource,
                           learner_pb2.GetResourceRequest())
 
@@ -126,11 +136,40 @@ class AggregatorClient:
 
     def learn(self, samples: Iterable[Sample], plan_id: Optional[str] = None) -> Dict[str, Any]:
         """Trains on `samples` (as many as get_data demanded); {"info": the merged
-        Learn info, "task_id", "buffer_id"}."""
-        request = learner_pb2.LearnRequest(plan_id=plan_id or "")
-        for sample in samples:
-            request.samples.add(data=sample.data, meta=to_struct(sample.meta))
+        Learn info, "task_id", "buffer_id"}. Over `stream_threshold` bytes by LearnStream,
+        unless the address is a plain learner that does not serve it."""
+        protos = [learner_pb2.Sample(data=sample.data, meta=to_struct(sample.meta))
+                  for sample in samples]
+        if sum(p.ByteSize() for p in protos) > self.stream_threshold:
+            try:
+                return message_to_dict(self._learner.LearnStream(
+                    self._stream_messages(protos, plan_id or ""), timeout=self.timeout))
+            except grpc.RpcError as e:
+                # An aggregator (it names itself in its metadata) serves LearnStream:
+                # its UNIMPLEMENTED is a learner's, and some learners may have trained.
+                aggregator = any(key == "x-aggregator-id"
+                                 for key, _ in (e.initial_metadata() or ()))
+                if e.code() != grpc.StatusCode.UNIMPLEMENTED or aggregator:
+                    raise AggregatorError("LearnStream", e.code(), e.details() or "") from None
+        request = learner_pb2.LearnRequest(plan_id=plan_id or "", samples=protos)
         return self._call("Learn", self._learner.Learn, request)
+
+    def _stream_messages(self, protos: List[learner_pb2.Sample],
+                         plan_id: str) -> Iterator[learner_pb2.LearnRequest]:
+        """The LearnStream messages of a batch: consecutive samples of at most
+        stream_message_bytes (a larger one alone), the plan_id in the first."""
+        chunk: List[learner_pb2.Sample] = []
+        size = 0
+        first = True
+        for proto in protos:
+            proto_size = proto.ByteSize()
+            if chunk and size + proto_size > self.stream_message_bytes:
+                yield learner_pb2.LearnRequest(plan_id=plan_id if first else "", samples=chunk)
+                first, chunk, size = False, [], 0
+            chunk.append(proto)
+            size += proto_size
+        if chunk or first:
+            yield learner_pb2.LearnRequest(plan_id=plan_id if first else "", samples=chunk)
 
     def close_task(self) -> Dict[str, Any]:
         """Ends the task on every learner; {"message"}."""
