@@ -23,14 +23,18 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "lib/process/subprocess.h"
 #include "proto/learner.grpc.pb.h"
 #include "tools/bench_processes.h"
@@ -46,6 +50,9 @@ using Clock = BenchClock;
 using Milliseconds = std::chrono::duration<double, std::milli>;
 
 constexpr char kLearnMethod[] = "/aggregator.v1.Learner/Learn";
+constexpr char kLearnStreamMethod[] = "/aggregator.v1.Learner/LearnStream";
+// Asks the daemon for its timestamps of a call (lib/service/call_timing.h).
+constexpr char kTimingKey[] = "x-aggregator-timing";
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // Deadlines: generous, because other builds may share the 2 cores.
@@ -73,7 +80,15 @@ struct BenchOptions {
   std::vector<int> learner_counts = {1, 2, 4, 8};
   std::vector<int> fanout_counts = {1, 2, 4, 8, 16, 32, 64};
   int64_t large_sample_bytes = 1 << 20;
-  std::string sections = "12345";
+  int64_t stream_message_bytes = 1 << 20;  // LearnStream messages
+  int breakdown_iterations = 500;  // section 1's timed calls, per method
+  std::string baseline_daemon;     // section 1 times it too
+  // Section 6: the bandwidth limit (tc's rate syntax), the timed calls.
+  std::string netns_rate = "1gbit";
+  int netns_iterations = 3;
+  std::vector<int> netns_sizes_mib = {64};
+  std::string netns_child_out;  // set: this process is section 6's child
+  std::string sections = "123456";
   bool compare_allocators = false;
   std::string daemon;
   std::string learner;
@@ -145,27 +160,53 @@ absl::Status CheckReceived(const pb::LearnReply& reply, int64_t expected,
 }
 
 // A Learn batch serialised once; every call sends the same bytes (the
-// ByteBuffer references `wire`, so a call copies nothing and allocates no
-// payload on the client side).
+// ByteBuffers reference `wire`, so a call copies nothing and allocates no
+// payload on the client side). `messages` are the same bytes cut into
+// LearnStream messages: consecutive sample records, with no plan_id (the
+// newest plan).
 struct LargeBatch {
   int64_t samples = 0;
   int64_t payload_bytes = 0;
   std::string wire;
   grpc::ByteBuffer buffer;
+  std::vector<grpc::ByteBuffer> messages;
 };
 
+// A ByteBuffer over wire[begin, end), which must outlive it.
+grpc::ByteBuffer StaticBuffer(const std::string& wire, size_t begin,
+                              size_t end) {
+  grpc::Slice slice(wire.data() + begin, end - begin,
+                    grpc::Slice::STATIC_SLICE);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 std::unique_ptr<LargeBatch> BuildLargeBatch(int64_t samples,
-                                            int64_t sample_bytes) {
+                                            int64_t sample_bytes,
+                                            int64_t message_bytes) {
   auto batch = std::make_unique<LargeBatch>();
   batch->samples = samples;
   batch->payload_bytes = samples * sample_bytes;
+  std::vector<size_t> ends;  // of each sample record
   {
     const pb::LearnRequest request = SyntheticBatch(samples, sample_bytes, "s");
-    request.SerializeToString(&batch->wire);
+    batch->wire.reserve(request.ByteSizeLong());
+    for (const pb::Sample& sample : request.samples()) {
+      // Field 1, length-delimited: what LearnRequest's serialisation holds.
+      pb::LearnRequest one;
+      *one.add_samples() = sample;
+      batch->wire += one.SerializeAsString();
+      ends.push_back(batch->wire.size());
+    }
   }
-  grpc::Slice slice(batch->wire.data(), batch->wire.size(),
-                    grpc::Slice::STATIC_SLICE);
-  batch->buffer = grpc::ByteBuffer(&slice, 1);
+  batch->buffer = StaticBuffer(batch->wire, 0, batch->wire.size());
+  size_t begin = 0;
+  for (size_t i = 0; i < ends.size(); ++i) {
+    const bool last = i + 1 == ends.size();
+    if (last || static_cast<int64_t>(ends[i + 1] - begin) > message_bytes) {
+      batch->messages.push_back(StaticBuffer(batch->wire, begin, ends[i]));
+      begin = ends[i];
+    }
+  }
   return batch;
 }
 
@@ -221,6 +262,76 @@ class LargeLearnClient {
   grpc::CompletionQueue cq_;
 };
 
+// Sends a LargeBatch's messages by LearnStream through the generic API and
+// a completion queue the calling thread drives, as LargeLearnClient does.
+class LargeStreamClient {
+ public:
+  explicit LargeStreamClient(const std::string& address)
+      : stub_(Channel(address)) {}
+  ~LargeStreamClient() {
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+
+  // One LearnStream; returns its wall time in ms.
+  absl::StatusOr<double> Learn(const std::vector<grpc::ByteBuffer>& messages,
+                               pb::LearnReply* reply) {
+    grpc::ClientContext context;
+    const auto deadline = std::chrono::system_clock::now() + kLargeCallDeadline;
+    context.set_deadline(deadline);
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    const auto started = Clock::now();
+    auto call = stub_.PrepareCall(&context, kLearnStreamMethod, &cq_);
+    // Each step waits for its own tag; a failed one (the call is over) skips
+    // to Finish, which says why.
+    auto step = [&](const std::function<void(void*)>& start) {
+      return Step(start, &context, deadline);
+    };
+    bool ok = step([&](void* tag) { call->StartCall(tag); });
+    for (const grpc::ByteBuffer& message : messages) {
+      if (!ok) break;
+      ok = step([&](void* tag) { call->Write(message, tag); });
+    }
+    if (ok) ok = step([&](void* tag) { call->WritesDone(tag); });
+    if (ok) (void)step([&](void* tag) { call->Read(&response, tag); });
+    (void)step([&](void* tag) { call->Finish(&status, tag); });
+    const auto finished = Clock::now();
+    if (!status.ok()) return FromGrpc("LearnStream", status);
+    if (!grpc::SerializationTraits<pb::LearnReply>::Deserialize(&response,
+                                                                reply)
+             .ok()) {
+      return absl::InternalError("LearnStream: cannot parse the reply");
+    }
+    return ToMs(finished - started);
+  }
+
+ private:
+  // Starts one operation with a tag and waits for it: whether it succeeded.
+  // Past the deadline the call is cancelled (the operation then completes).
+  bool Step(const std::function<void(void*)>& start,
+            grpc::ClientContext* context,
+            std::chrono::system_clock::time_point deadline) {
+    int tag_value = 0;
+    start(&tag_value);
+    void* tag = nullptr;
+    bool ok = false;
+    if (cq_.AsyncNext(&tag, &ok, deadline) !=
+        grpc::CompletionQueue::GOT_EVENT) {
+      context->TryCancel();
+      (void)cq_.Next(&tag, &ok);
+      return false;
+    }
+    return ok;
+  }
+
+  grpc::GenericStub stub_;
+  grpc::CompletionQueue cq_;
+};
+
 // A daemon started for one measurement, ready (health SERVING).
 struct RunningDaemon {
   std::unique_ptr<DaemonProcess> process;
@@ -232,14 +343,23 @@ struct RunningDaemon {
   std::optional<double> log_ready_ms;
 };
 
-struct LargeCaseResult {
-  Summary aggregated_ms;
-  Summary direct_ms;
+// How a large batch goes through aggregatord: one Learn (store-and-forward)
+// or LearnStream (progressive dispatch).
+enum class Relay { kLearn, kLearnStream };
+
+// One relay's figures in a large case: its own daemon's time and memory.
+struct RelayResult {
+  Summary ms;
   double baseline_rss_mib = 0;  // before the first Learn
   double first_peak_mib = 0;    // peak over the warm-up call
   double peak_mib = 0;          // peak over the timed calls
   bool peak_reset = false;      // clear_refs worked: peak_mib excludes warm-up
   int warnings = 0;
+};
+
+struct LargeCaseResult {
+  std::map<Relay, RelayResult> relays;
+  Summary direct_ms;
 };
 
 class Bench {
@@ -254,6 +374,12 @@ class Bench {
   Section FanOut();
   Section Supervisor();
   Section StartUp();
+  // Section 6: runs NetworkInNamespace in a child in a new network namespace
+  // (unshare --net) and reports what it found.
+  Section Network();
+  // Section 6's measurements, in the child: the namespace's loopback with a
+  // bandwidth limit per host.
+  Section NetworkInNamespace();
   Section Allocators();
 
  private:
@@ -263,18 +389,25 @@ class Bench {
   Section Run(Section section,
               const std::function<absl::Status(Section&)>& body);
 
+  // `binary`: aggregatord's (empty: --daemon's); `listen`: its address.
   absl::StatusOr<RunningDaemon> StartDaemon(
-      const std::vector<std::string>& learners, const ChildEnv& env);
-  absl::StatusOr<LearnerSet> StartLearners(int count, int64_t batch_size,
-                                           const ChildEnv& env) {
+      const std::vector<std::string>& learners, const ChildEnv& env,
+      const std::string& binary = "",
+      const std::string& listen = "127.0.0.1:0");
+  absl::StatusOr<LearnerSet> StartLearners(
+      int count, int64_t batch_size, const ChildEnv& env,
+      const std::string& host = "127.0.0.1") {
     return LearnerSet::Start(options_.learner, count, batch_size, env,
-                             Clock::now() + kStartDeadline);
+                             Clock::now() + kStartDeadline, host);
   }
-  absl::StatusOr<LargeCaseResult> RunLargeCase(const LargeBatch& batch,
-                                               int learners,
-                                               LargeLearnClient& direct,
-                                               const ChildEnv& env,
-                                               int iterations);
+  // Learns `batch` through a fresh daemon per relay (the same learners),
+  // interleaved call by call with the same bytes sent to `direct`.
+  // The learners listen on `learner_host`, the daemons on `daemon_host`.
+  absl::StatusOr<LargeCaseResult> RunLargeCase(
+      const LargeBatch& batch, int learners, LargeLearnClient& direct,
+      const ChildEnv& env, int iterations, const std::vector<Relay>& relays,
+      const std::string& learner_host = "127.0.0.1",
+      const std::string& daemon_host = "127.0.0.1");
   // A hostile Learn: `mib` MiB of empty samples (bytes 0a 00 repeated) on a
   // plan of 4 × 32. A row: the daemon's peak RSS while refusing it.
   absl::Status AddRefusedBodyRow(Section& section, int mib);
@@ -282,10 +415,17 @@ class Bench {
   // log lines to the section's notes.
   absl::StatusOr<double> Terminate(RunningDaemon& daemon, Section& section,
                                    const std::string& what);
+  // Rows of where `name`'s calls through `stub` spend their time, from the
+  // daemon's timestamps; `prepare` runs before each call, outside the clock.
+  absl::Status AddBreakdownRows(
+      Section& section, const std::string& name, pb::Learner::Stub& stub,
+      const std::function<absl::Status()>& prepare,
+      const std::function<grpc::Status(pb::Learner::Stub&,
+                                       grpc::ClientContext*)>& call);
   // Rows for one large case (shared by sections 2 and A).
   void AddLargeRows(Section& section, const std::string& prefix,
-                    const LargeBatch& batch, int learners,
-                    const LargeCaseResult& result);
+                    const LargeBatch& batch, int learners, Relay relay,
+                    const RelayResult& result, const Summary& direct_ms);
 
   const BenchOptions options_;
   const ChildEnv env_;
@@ -312,13 +452,15 @@ Section Bench::Run(Section section,
 }
 
 absl::StatusOr<RunningDaemon> Bench::StartDaemon(
-    const std::vector<std::string>& learners, const ChildEnv& env) {
+    const std::vector<std::string>& learners, const ChildEnv& env,
+    const std::string& binary, const std::string& listen) {
   auto config =
       dir_.Write(absl::StrCat("aggregator-", ++configs_written_, ".yaml"),
                  BenchConfigYaml(learners));
   if (!config.ok()) return config.status();
   const auto deadline = Clock::now() + kStartDeadline;
-  auto process = DaemonProcess::Spawn(options_.daemon, *config, env);
+  auto process = DaemonProcess::Spawn(binary.empty() ? options_.daemon : binary,
+                                      *config, env, listen);
   if (!process.ok()) return process.status();
   RunningDaemon daemon;
   daemon.process = std::move(*process);
@@ -359,14 +501,89 @@ absl::StatusOr<double> Bench::Terminate(RunningDaemon& daemon, Section& section,
 
 // Section 1 ------------------------------------------------------------------
 
+// Where one relayed call's time went, in ms, from the client's clock and the
+// daemon's timestamps (lib/service/call_timing.h; both steady_clock).
+struct CallStages {
+  double to_aggregator = 0;  // the call sent -> the daemon's handler runs
+  double to_first_call = 0;  // -> its first learner call starts
+  double calls_out = 0;      // first -> last learner call started
+  std::vector<double> round_trips;  // each learner's, start -> answer
+  double first_out_last_in = 0;     // first call started -> last answer
+  double merge = 0;                 // last answer -> the reply merged
+  double hand_over = 0;             // merged -> handed to gRPC (Finish)
+  double to_client = 0;             // -> the client has it
+  double total = 0;
+};
+
+// Parses "arrived=T,<learner>=T0-T1,...,merged=T,replied=T" against the
+// client's `sent` and `received`.
+absl::StatusOr<CallStages> ParseTiming(const std::string& timing,
+                                       Clock::time_point sent,
+                                       Clock::time_point received) {
+  auto ms = [](int64_t from, int64_t to) { return (to - from) / 1e6; };
+  const int64_t sent_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              sent.time_since_epoch())
+                              .count();
+  const int64_t received_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          received.time_since_epoch())
+          .count();
+  int64_t arrived = -1, merged = -1, replied = -1;
+  int64_t first_start = INT64_MAX, last_start = 0, last_end = 0;
+  CallStages stages;
+  for (absl::string_view field : absl::StrSplit(timing, ',')) {
+    const size_t eq = field.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("timing: '", field, "'"));
+    }
+    const absl::string_view key = field.substr(0, eq);
+    const absl::string_view value = field.substr(eq + 1);
+    int64_t t = 0;
+    if (const size_t dash = value.find('-'); dash != absl::string_view::npos) {
+      int64_t end = 0;
+      if (!absl::SimpleAtoi(value.substr(0, dash), &t) ||
+          !absl::SimpleAtoi(value.substr(dash + 1), &end)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("timing: '", field, "'"));
+      }
+      first_start = std::min(first_start, t);
+      last_start = std::max(last_start, t);
+      last_end = std::max(last_end, end);
+      stages.round_trips.push_back(ms(t, end));
+      continue;
+    }
+    if (!absl::SimpleAtoi(value, &t)) {
+      return absl::InvalidArgumentError(absl::StrCat("timing: '", field, "'"));
+    }
+    if (key == "arrived") arrived = t;
+    if (key == "merged") merged = t;
+    if (key == "replied") replied = t;
+  }
+  if (arrived < 0 || merged < 0 || replied < 0 || stages.round_trips.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timing without every stage: '", timing, "'"));
+  }
+  stages.to_aggregator = ms(sent_ns, arrived);
+  stages.to_first_call = ms(arrived, first_start);
+  stages.calls_out = ms(first_start, last_start);
+  stages.first_out_last_in = ms(first_start, last_end);
+  stages.merge = ms(last_end, merged);
+  stages.hand_over = ms(merged, replied);
+  stages.to_client = ms(replied, received_ns);
+  stages.total = ms(sent_ns, received_ns);
+  return stages;
+}
+
 Section Bench::SmallCalls() {
   const int iterations = options_.small_iterations;
   const int warmup = std::max(20, iterations / 10);
-  Section section{"1",
-                  absl::StrCat("Small calls: 4 learners via aggregatord vs 1 "
-                               "learner direct (",
-                               iterations, " calls each after ", warmup,
-                               " warm-up, interleaved)")};
+  const bool baseline = !options_.baseline_daemon.empty();
+  Section section{
+      "1", absl::StrCat("Small calls: 4 learners via aggregatord vs 1 "
+                        "learner direct (",
+                        iterations, " calls each after ", warmup,
+                        " warm-up, interleaved",
+                        baseline ? ", with the baseline daemon" : "", ")")};
   return Run(std::move(section), [&](Section& section) -> absl::Status {
     auto learners = StartLearners(4, 32, env_);
     if (!learners.ok()) return learners.status();
@@ -376,6 +593,16 @@ Section Bench::SmallCalls() {
     if (!daemon.ok()) return daemon.status();
     auto aggregated = pb::Learner::NewStub(Channel(daemon->address));
     auto direct = pb::Learner::NewStub(Channel((*direct_learner)[0].address()));
+    // The baseline daemon (another build) serves the same learners.
+    std::optional<RunningDaemon> old_daemon;
+    std::unique_ptr<pb::Learner::Stub> old;
+    if (baseline) {
+      auto started =
+          StartDaemon(learners->Addresses(4), env_, options_.baseline_daemon);
+      if (!started.ok()) return started.status();
+      old_daemon = *std::move(started);
+      old = pb::Learner::NewStub(Channel(old_daemon->address));
+    }
     const pb::LearnRequest batch = SyntheticBatch(128, 64, "s");
 
     using Call =
@@ -418,10 +645,10 @@ Section Bench::SmallCalls() {
 
     // The aggregator splits by a plan, and a plan trains once: each Learn
     // follows a GetData of its own (for 128 samples), outside the clock.
-    auto plan = [&]() -> absl::Status {
+    auto plan = [&](pb::Learner::Stub& stub) -> absl::Status {
       grpc::ClientContext context;
       SetDeadline(&context, kSmallCallDeadline);
-      const grpc::Status s = aggregated->GetData(&context, {}, &demand);
+      const grpc::Status s = stub.GetData(&context, {}, &demand);
       if (!s.ok()) return FromGrpc("GetData", s);
       if (demand.batch_size() != 128) {
         return absl::InternalError(
@@ -432,34 +659,44 @@ Section Bench::SmallCalls() {
     };
     for (const Method& method : methods) {
       const bool learn = absl::StartsWith(method.name, "Learn");
-      std::vector<double> via, to_one;
+      std::vector<double> via, via_old, to_one;
+      auto timed = [&](pb::Learner::Stub& stub, const char* where,
+                       std::vector<double>* out, bool keep) -> absl::Status {
+        if (learn && &stub != direct.get()) {
+          if (absl::Status s = plan(stub); !s.ok()) return s;
+        }
+        auto ms = time_call(stub, method.call);
+        if (!ms.ok()) {
+          return absl::Status(ms.status().code(),
+                              absl::StrCat(method.name, " ", where, ": ",
+                                           ms.status().message()));
+        }
+        if (keep) out->push_back(*ms);
+        return absl::OkStatus();
+      };
       for (int i = 0; i < warmup + iterations; ++i) {
-        if (learn) {
-          if (absl::Status s = plan(); !s.ok()) return s;
+        const bool keep = i >= warmup;
+        if (absl::Status s = timed(*aggregated, "via aggregatord", &via, keep);
+            !s.ok()) {
+          return s;
         }
-        auto a = time_call(*aggregated, method.call);
-        if (!a.ok()) {
-          return absl::Status(a.status().code(),
-                              absl::StrCat(method.name, " via aggregatord: ",
-                                           a.status().message()));
+        if (old != nullptr) {
+          if (absl::Status s =
+                  timed(*old, "via the baseline aggregatord", &via_old, keep);
+              !s.ok()) {
+            return s;
+          }
         }
-        auto d = time_call(*direct, method.call);
-        if (!d.ok()) {
-          return absl::Status(
-              d.status().code(),
-              absl::StrCat(method.name, " direct: ", d.status().message()));
-        }
-        if (i >= warmup) {
-          via.push_back(*a);
-          to_one.push_back(*d);
+        if (absl::Status s = timed(*direct, "direct", &to_one, keep); !s.ok()) {
+          return s;
         }
       }
-      if (absl::StartsWith(method.name, "Learn")) {
+      if (learn) {
         // The last reply was the direct learner's; check one of each.
         if (absl::Status s = CheckReceived(learned, 128, "direct"); !s.ok()) {
           return s;
         }
-        if (absl::Status s = plan(); !s.ok()) return s;
+        if (absl::Status s = plan(*aggregated); !s.ok()) return s;
         grpc::ClientContext context;
         SetDeadline(&context, kSmallCallDeadline);
         const grpc::Status s = aggregated->Learn(&context, batch, &learned);
@@ -491,6 +728,21 @@ Section Bench::SmallCalls() {
                                     FormatNumber(d.p99), " ms)");
       section.rows.push_back(std::move(p99));
 
+      if (old != nullptr) {
+        const Summary o = Summarize(via_old);
+        Row row{absl::StrCat(method.name, " via the baseline, median")};
+        row.value = o.median;
+        row.unit = "ms";
+        row.ratio = o.median / d.median;
+        row.comparison =
+            absl::StrCat(Times(*row.ratio), " direct; this build ",
+                         Times(a.median / o.median), " of it; p99 ",
+                         FormatNumber(o.p99), " ms");
+        row.details = {{"baseline_ms", ToJson(o)},
+                       {"daemon", options_.baseline_daemon}};
+        section.rows.push_back(std::move(row));
+      }
+
       Row one{absl::StrCat(method.name, " direct to 1 learner, median")};
       one.value = d.median;
       one.unit = "ms";
@@ -504,121 +756,248 @@ Section Bench::SmallCalls() {
       python.comparison = absl::StrCat(kPublished, "; aggregatord median ",
                                        Times(*python.ratio), " faster");
       section.rows.push_back(std::move(python));
+
+      if (absl::StartsWith(method.name, "GetResource")) continue;
+      if (absl::Status s = AddBreakdownRows(
+              section, method.name, *aggregated,
+              [&] { return learn ? plan(*aggregated) : absl::OkStatus(); },
+              method.call);
+          !s.ok()) {
+        return s;
+      }
     }
     if (const int warnings = daemon->process->warnings(); warnings > 0) {
       section.notes.push_back(
           absl::StrCat("note: aggregatord logged ", warnings,
                        " warning(s); last lines:\n", daemon->process->Tail(5)));
     }
+    section.notes.push_back(
+        "where it goes: the daemon's timestamps of calls that ask for them "
+        "(x-aggregator-timing), medians of each stage over " +
+        std::to_string(options_.breakdown_iterations) +
+        " calls timed apart from the rows above.");
     return absl::OkStatus();
   });
 }
 
+absl::Status Bench::AddBreakdownRows(
+    Section& section, const std::string& name, pb::Learner::Stub& stub,
+    const std::function<absl::Status()>& prepare,
+    const std::function<grpc::Status(pb::Learner::Stub&, grpc::ClientContext*)>&
+        call) {
+  std::vector<double> to_aggregator, to_first_call, calls_out, round_trips,
+      slowest, first_out_last_in, merge, hand_over, to_client, total;
+  const int iterations = options_.breakdown_iterations;
+  const int warmup = std::max(10, iterations / 10);
+  for (int i = 0; i < warmup + iterations; ++i) {
+    if (absl::Status s = prepare(); !s.ok()) return s;
+    grpc::ClientContext context;
+    SetDeadline(&context, kSmallCallDeadline);
+    context.AddMetadata(kTimingKey, "1");
+    const auto sent = Clock::now();
+    const grpc::Status status = call(stub, &context);
+    const auto received = Clock::now();
+    if (!status.ok()) return FromGrpc(name.c_str(), status);
+    if (i < warmup) continue;
+    const auto& trailers = context.GetServerTrailingMetadata();
+    auto found = trailers.find(kTimingKey);
+    if (found == trailers.end()) {
+      section.notes.push_back(absl::StrCat(
+          "note: no breakdown for ", name,
+          ": the daemon sends no x-aggregator-timing (an older build?)"));
+      return absl::OkStatus();
+    }
+    auto stages =
+        ParseTiming(std::string(found->second.data(), found->second.size()),
+                    sent, received);
+    if (!stages.ok()) return stages.status();
+    to_aggregator.push_back(stages->to_aggregator);
+    to_first_call.push_back(stages->to_first_call);
+    calls_out.push_back(stages->calls_out);
+    for (double ms : stages->round_trips) round_trips.push_back(ms);
+    slowest.push_back(*std::max_element(stages->round_trips.begin(),
+                                        stages->round_trips.end()));
+    first_out_last_in.push_back(stages->first_out_last_in);
+    merge.push_back(stages->merge);
+    hand_over.push_back(stages->hand_over);
+    to_client.push_back(stages->to_client);
+    total.push_back(stages->total);
+  }
+  auto add = [&](const std::string& stage, const std::vector<double>& values,
+                 const std::string& comparison) {
+    const Summary summary = Summarize(values);
+    Row row{absl::StrCat("  ", name, ": ", stage)};
+    row.value = summary.median;
+    row.unit = "ms";
+    row.comparison = comparison;
+    row.details = {{"ms", ToJson(summary)}};
+    section.rows.push_back(std::move(row));
+    return summary.median;
+  };
+  auto median = [](const std::vector<double>& values) {
+    return FormatNumber(Summarize(values).median);
+  };
+  double sum = 0;
+  sum += add("coordinator → aggregator", to_aggregator,
+             "call sent → the daemon's handler runs");
+  sum += add("fan-out start", to_first_call,
+             absl::StrCat("handler → first learner call; all out in +",
+                          median(calls_out), " ms"));
+  add("a learner's round trip", round_trips,
+      absl::StrCat("its call out → its answer in; the slowest of 4 ",
+                   median(slowest), " ms"));
+  sum += add("first call out → last answer in", first_out_last_in,
+             "the learners, as the aggregator waits for them");
+  sum += add("merge", merge,
+             absl::StrCat("last answer → reply merged; handed to gRPC +",
+                          median(hand_over), " ms"));
+  sum += Summarize(hand_over).median;
+  sum += add("reply → coordinator", to_client,
+             "handed to gRPC → the client has it");
+  add("total, timing asked", total,
+      absl::StrCat("the stages' medians add up to ", FormatNumber(sum), " ms"));
+  return absl::OkStatus();
+}
+
 // Section 2 ------------------------------------------------------------------
 
-absl::StatusOr<LargeCaseResult> Bench::RunLargeCase(const LargeBatch& batch,
-                                                    int count,
-                                                    LargeLearnClient& direct,
-                                                    const ChildEnv& env,
-                                                    int iterations) {
-  auto learners = StartLearners(count, batch.samples / count, env);
+absl::StatusOr<LargeCaseResult> Bench::RunLargeCase(
+    const LargeBatch& batch, int count, LargeLearnClient& direct,
+    const ChildEnv& env, int iterations, const std::vector<Relay>& relays,
+    const std::string& learner_host, const std::string& daemon_host) {
+  auto learners =
+      StartLearners(count, batch.samples / count, env, learner_host);
   if (!learners.ok()) return learners.status();
-  auto daemon = StartDaemon(learners->Addresses(count), env);
-  if (!daemon.ok()) return daemon.status();
+  // One daemon per relay, so each one's peak RSS is its own.
+  struct Daemon {
+    Relay relay;
+    RunningDaemon daemon;
+    std::unique_ptr<pb::Learner::Stub> stub;
+    std::unique_ptr<LargeLearnClient> unary;
+    std::unique_ptr<LargeStreamClient> stream;
+    std::vector<double> ms;
+  };
+  std::vector<Daemon> daemons;
+  for (Relay relay : relays) {
+    auto daemon = StartDaemon(learners->Addresses(count), env, "",
+                              absl::StrCat(daemon_host, ":0"));
+    if (!daemon.ok()) return daemon.status();
+    Daemon d{relay, *std::move(daemon)};
+    d.stub = pb::Learner::NewStub(Channel(d.daemon.address));
+    if (relay == Relay::kLearn) {
+      d.unary = std::make_unique<LargeLearnClient>(d.daemon.address);
+    } else {
+      d.stream = std::make_unique<LargeStreamClient>(d.daemon.address);
+    }
+    daemons.push_back(std::move(d));
+  }
   // A plan trains once: every Learn (its plan_id empty, so the newest plan)
   // follows a GetData of its own, outside the timed call.
-  auto stub = pb::Learner::NewStub(Channel(daemon->address));
-  auto plan = [&]() -> absl::Status {
+  auto learn = [&](Daemon& d, pb::LearnReply* reply) -> absl::StatusOr<double> {
     grpc::ClientContext context;
     SetDeadline(&context, kSmallCallDeadline);
     pb::DataDemand demand;
-    const grpc::Status s = stub->GetData(&context, {}, &demand);
+    const grpc::Status s = d.stub->GetData(&context, {}, &demand);
     if (!s.ok()) return FromGrpc("GetData", s);
     if (demand.batch_size() != batch.samples) {
       return absl::InternalError(
           absl::StrCat("GetData via aggregatord demands ", demand.batch_size(),
                        " samples, expected ", batch.samples));
     }
-    return absl::OkStatus();
+    return d.unary != nullptr ? d.unary->Learn(batch.buffer, reply)
+                              : d.stream->Learn(batch.messages, reply);
   };
-  if (absl::Status s = plan(); !s.ok()) return s;
-  const pid_t pid = daemon->process->pid();
-  LargeLearnClient aggregated(daemon->address);
+
   LargeCaseResult result;
-  auto baseline = ProcStatusKiB(pid, "VmRSS");
-  if (!baseline.ok()) return baseline.status();
-  result.baseline_rss_mib = *baseline / 1024.0;
-
   pb::LearnReply reply;
-  auto warm = aggregated.Learn(batch.buffer, &reply);
-  if (!warm.ok()) return warm.status();
-  if (absl::Status s = CheckReceived(reply, batch.samples, "aggregatord");
-      !s.ok()) {
-    return s;
+  for (Daemon& d : daemons) {
+    RelayResult& r = result.relays[d.relay];
+    const pid_t pid = d.daemon.process->pid();
+    auto baseline = ProcStatusKiB(pid, "VmRSS");
+    if (!baseline.ok()) return baseline.status();
+    r.baseline_rss_mib = *baseline / 1024.0;
+    auto warm = learn(d, &reply);
+    if (!warm.ok()) return warm.status();
+    if (absl::Status s = CheckReceived(reply, batch.samples, "aggregatord");
+        !s.ok()) {
+      return s;
+    }
+    auto first_peak = ProcStatusKiB(pid, "VmHWM");
+    if (!first_peak.ok()) return first_peak.status();
+    r.first_peak_mib = *first_peak / 1024.0;
+    // Without a reset the peak still covers the warm-up call; a fresh daemon
+    // per case keeps other cases out of it either way.
+    r.peak_reset = ResetPeakRss(pid).ok();
   }
-  auto first_peak = ProcStatusKiB(pid, "VmHWM");
-  if (!first_peak.ok()) return first_peak.status();
-  result.first_peak_mib = *first_peak / 1024.0;
-  // Without a reset the peak still covers the warm-up call; a fresh daemon per
-  // case keeps other cases out of it either way.
-  result.peak_reset = ResetPeakRss(pid).ok();
 
-  std::vector<double> via, to_one;
+  std::vector<double> to_one;
   for (int i = 0; i < iterations; ++i) {
-    if (absl::Status s = plan(); !s.ok()) return s;
-    auto a = aggregated.Learn(batch.buffer, &reply);
-    if (!a.ok()) return a.status();
-    auto d = direct.Learn(batch.buffer, &reply);
-    if (!d.ok()) return d.status();
-    via.push_back(*a);
-    to_one.push_back(*d);
+    for (Daemon& d : daemons) {
+      auto ms = learn(d, &reply);
+      if (!ms.ok()) return ms.status();
+      d.ms.push_back(*ms);
+    }
+    auto ms = direct.Learn(batch.buffer, &reply);
+    if (!ms.ok()) return ms.status();
+    to_one.push_back(*ms);
   }
   if (absl::Status s = CheckReceived(reply, batch.samples, "direct"); !s.ok()) {
     return s;
   }
-  auto peak = ProcStatusKiB(pid, "VmHWM");
-  if (!peak.ok()) return peak.status();
-  result.peak_mib = *peak / 1024.0;
-  result.aggregated_ms = Summarize(via);
+  for (Daemon& d : daemons) {
+    RelayResult& r = result.relays[d.relay];
+    auto peak = ProcStatusKiB(d.daemon.process->pid(), "VmHWM");
+    if (!peak.ok()) return peak.status();
+    r.peak_mib = *peak / 1024.0;
+    r.ms = Summarize(d.ms);
+    r.warnings = d.daemon.process->warnings();
+  }
   result.direct_ms = Summarize(to_one);
-  result.warnings = daemon->process->warnings();
   return result;
 }
 
+const char* RelayName(Relay relay) {
+  return relay == Relay::kLearn ? "Learn" : "LearnStream";
+}
+
 void Bench::AddLargeRows(Section& section, const std::string& prefix,
-                         const LargeBatch& batch, int learners,
-                         const LargeCaseResult& r) {
+                         const LargeBatch& batch, int learners, Relay relay,
+                         const RelayResult& r, const Summary& direct_ms) {
   const double batch_mib = batch.payload_bytes / kMiB;
-  const double ratio = r.aggregated_ms.median / r.direct_ms.median;
-  const double mb_per_s =
-      batch.payload_bytes / 1e6 / (r.aggregated_ms.median / 1e3);
+  const double ratio = r.ms.median / direct_ms.median;
+  const double mb_per_s = batch.payload_bytes / 1e6 / (r.ms.median / 1e3);
   const bool is_64x4 = batch.payload_bytes == 64 * (1 << 20) && learners == 4;
   const bool is_256 = batch.payload_bytes == 256 * (1 << 20);
+  const bool stream = relay == Relay::kLearnStream;
 
-  Row time{absl::StrCat(prefix, "Learn ", MiBText(batch.payload_bytes),
-                        " MiB, ", learners, " learner",
-                        learners == 1 ? "" : "s")};
-  time.value = r.aggregated_ms.median;
+  Row time{absl::StrCat(prefix, stream ? "LearnStream " : "Learn ",
+                        MiBText(batch.payload_bytes), " MiB, ", learners,
+                        " learner", learners == 1 ? "" : "s")};
+  time.value = r.ms.median;
   time.unit = "ms";
   time.ratio = ratio;
   time.comparison =
-      absl::StrCat(Times(ratio), " direct (", FormatNumber(r.direct_ms.median),
+      absl::StrCat(Times(ratio), " direct (", FormatNumber(direct_ms.median),
                    " ms); ", FormatNumber(mb_per_s), " MB/s");
-  if (is_64x4) {
+  if (is_64x4 && stream) {
+    time.target = "≤ 1.3× direct";
+    time.verdict = AtMost(ratio, 1.3);
+  } else if (is_64x4) {
     time.target = "≤ 1.5× direct and ≤ 80 ms";
-    time.verdict = ratio <= 1.5 && r.aggregated_ms.median <= 80
-                       ? Verdict::kPass
-                       : Verdict::kMiss;
+    time.verdict =
+        ratio <= 1.5 && r.ms.median <= 80 ? Verdict::kPass : Verdict::kMiss;
   }
-  time.details = {{"learners", learners},
-                  {"batch_bytes", batch.payload_bytes},
-                  {"samples", batch.samples},
-                  {"aggregated_ms", ToJson(r.aggregated_ms)},
-                  {"direct_ms", ToJson(r.direct_ms)},
-                  {"mb_per_s", mb_per_s},
-                  {"direct_mb_per_s",
-                   batch.payload_bytes / 1e6 / (r.direct_ms.median / 1e3)},
-                  {"daemon_warnings", r.warnings}};
+  time.details = {
+      {"relay", RelayName(relay)},
+      {"learners", learners},
+      {"batch_bytes", batch.payload_bytes},
+      {"samples", batch.samples},
+      {"messages", stream ? batch.messages.size() : 1},
+      {"aggregated_ms", ToJson(r.ms)},
+      {"direct_ms", ToJson(direct_ms)},
+      {"mb_per_s", mb_per_s},
+      {"direct_mb_per_s", batch.payload_bytes / 1e6 / (direct_ms.median / 1e3)},
+      {"daemon_warnings", r.warnings}};
   section.rows.push_back(std::move(time));
 
   Row rss{absl::StrCat(prefix, "  daemon peak RSS")};
@@ -628,13 +1007,14 @@ void Bench::AddLargeRows(Section& section, const std::string& prefix,
   rss.comparison = absl::StrCat(
       Times(*rss.ratio), " batch; idle ", FormatNumber(r.baseline_rss_mib),
       " MiB, first call ", FormatNumber(r.first_peak_mib), " MiB");
-  if (is_256) {
+  if (is_256 || (is_64x4 && stream)) {
     const double limit = 1.2 * batch_mib + 64;
     rss.target =
         absl::StrCat("≤ 1.2× batch + 64 MiB (", FormatNumber(limit), ")");
     rss.verdict = AtMost(r.peak_mib, limit);
   }
-  rss.details = {{"peak_mib", r.peak_mib},
+  rss.details = {{"relay", RelayName(relay)},
+                 {"peak_mib", r.peak_mib},
                  {"peak_reset_after_warmup", r.peak_reset},
                  {"first_call_peak_mib", r.first_peak_mib},
                  {"idle_rss_mib", r.baseline_rss_mib}};
@@ -643,19 +1023,23 @@ void Bench::AddLargeRows(Section& section, const std::string& prefix,
 
 Section Bench::LargeBatches() {
   const int iterations = options_.large_iterations;
-  Section section{"2",
-                  absl::StrCat("Large batches: Learn via aggregatord vs "
-                               "the same bytes direct to 1 learner (",
-                               MiBText(options_.large_sample_bytes),
-                               " MiB samples; median of ", iterations,
-                               " after 1 warm-up; fresh daemon per case)")};
+  Section section{
+      "2",
+      absl::StrCat("Large batches: Learn and LearnStream via "
+                   "aggregatord vs the same bytes by Learn direct "
+                   "to 1 learner (",
+                   MiBText(options_.large_sample_bytes),
+                   " MiB samples, LearnStream messages of ",
+                   MiBText(options_.stream_message_bytes), " MiB; median of ",
+                   iterations, " after 1 warm-up; fresh daemons per case)")};
   return Run(std::move(section), [&](Section& section) -> absl::Status {
     bool reset_failed = false;
     for (const int mib : options_.sizes_mib) {
       const int64_t samples =
           int64_t{mib} * (1 << 20) / options_.large_sample_bytes;
       Progress(absl::StrCat("  ", mib, " MiB: building the request"));
-      const auto batch = BuildLargeBatch(samples, options_.large_sample_bytes);
+      const auto batch = BuildLargeBatch(samples, options_.large_sample_bytes,
+                                         options_.stream_message_bytes);
       auto direct_learner = StartLearners(1, samples, env_);
       if (!direct_learner.ok()) return direct_learner.status();
       LargeLearnClient direct((*direct_learner)[0].address());
@@ -672,16 +1056,19 @@ Section Bench::LargeBatches() {
           continue;
         }
         Progress(absl::StrCat("  ", mib, " MiB over ", count, " learner(s)"));
-        auto result = RunLargeCase(*batch, count, direct, env_,
-                                   options_.large_iterations);
+        auto result =
+            RunLargeCase(*batch, count, direct, env_, options_.large_iterations,
+                         {Relay::kLearn, Relay::kLearnStream});
         if (!result.ok()) {
           return absl::Status(
               result.status().code(),
               absl::StrCat(mib, " MiB over ", count,
                            " learners: ", result.status().message()));
         }
-        reset_failed |= !result->peak_reset;
-        AddLargeRows(section, "", *batch, count, *result);
+        for (const auto& [relay, r] : result->relays) {
+          reset_failed |= !r.peak_reset;
+          AddLargeRows(section, "", *batch, count, relay, r, result->direct_ms);
+        }
         all_direct.push_back(result->direct_ms.median);
       }
       const Summary d = Summarize(all_direct);
@@ -1066,6 +1453,197 @@ Section Bench::StartUp() {
   });
 }
 
+// Section 6 ------------------------------------------------------------------
+
+// The hosts of section 6, all on the namespace's loopback: the coordinator
+// (the bench) at 127.0.0.1, aggregatord at 127.0.0.2, the learners at
+// 127.0.0.3. What is sent to a host shares one class of the bandwidth limit,
+// as its network link would: a batch to aggregatord crosses one link, the
+// aggregator's slices to the learners (or the direct batch) another.
+constexpr char kNetnsDaemonHost[] = "127.0.0.2";
+constexpr char kNetnsLearnerHost[] = "127.0.0.3";
+
+// Runs a command of the namespace's set-up, with a deadline.
+absl::Status RunSetup(const std::vector<std::string>& argv) {
+  SubprocessOptions run;
+  run.argv = argv;
+  auto process = Subprocess::Start(run);
+  if (!process.ok()) return process.status();
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  std::string errors;
+  while (true) {
+    auto line = (*process)->ReadLine(deadline, /*from_stderr=*/true);
+    if (!line.ok()) break;
+    absl::StrAppend(&errors, *line, " ");
+  }
+  auto exit = (*process)->Wait(deadline);
+  if (!exit.ok()) return exit.status();
+  if (!exit->ok()) {
+    return absl::InternalError(absl::StrCat(absl::StrJoin(argv, " "), ": ",
+                                            exit->ToString(), ": ", errors));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LimitLoopback(const std::string& rate) {
+  // A fresh namespace has nothing but lo: nothing can leave the machine.
+  const std::vector<std::vector<std::string>> commands = {
+      {"ip", "link", "set", "lo", "up"},
+      {"tc", "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb",
+       "default", "1", "r2q", "1000"},
+      // The replies and acknowledgements: not limited.
+      {"tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:1",
+       "htb", "rate", "100gbit", "burst", "4m", "cburst", "4m"},
+      {"tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:2",
+       "htb", "rate", rate, "burst", "256k", "cburst", "256k"},
+      {"tc", "class", "add", "dev", "lo", "parent", "1:", "classid", "1:3",
+       "htb", "rate", rate, "burst", "256k", "cburst", "256k"},
+      {"tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip",
+       "prio", "1", "u32", "match", "ip", "dst",
+       absl::StrCat(kNetnsDaemonHost, "/32"), "flowid", "1:2"},
+      {"tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip",
+       "prio", "1", "u32", "match", "ip", "dst",
+       absl::StrCat(kNetnsLearnerHost, "/32"), "flowid", "1:3"},
+  };
+  for (const auto& command : commands) {
+    if (absl::Status s = RunSetup(command); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// This executable, to run again in the namespace.
+std::string SelfExecutable() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  return n > 0 ? std::string(path, n) : "";
+}
+
+Section Bench::Network() {
+  Section section{
+      "6", absl::StrCat("A network that is not loopback: a batch over 4 "
+                        "learners with each host's link limited to ",
+                        options_.netns_rate,
+                        " (tc htb on the loopback of a network namespace the "
+                        "bench creates; median of ",
+                        options_.netns_iterations, " after 1 warm-up)")};
+  return Run(std::move(section), [&](Section& section) -> absl::Status {
+    if (geteuid() != 0) {
+      section.notes.push_back(
+          "NOT MEASURED: a network namespace (unshare --net) and tc need "
+          "root; run the bench as root for this section.");
+      return absl::OkStatus();
+    }
+    auto out = dir_.Write("network-section.json", "");
+    if (!out.ok()) return out.status();
+    SubprocessOptions run;
+    run.argv = {"unshare",
+                "--net",
+                "--",
+                SelfExecutable(),
+                "--netns-child-out",
+                *out,
+                "--daemon",
+                options_.daemon,
+                "--learner",
+                options_.learner,
+                "--netns-rate",
+                options_.netns_rate,
+                "--netns-iterations",
+                absl::StrCat(options_.netns_iterations),
+                "--sample-bytes",
+                absl::StrCat(options_.large_sample_bytes),
+                "--stream-message-bytes",
+                absl::StrCat(options_.stream_message_bytes)};
+    for (const auto& [key, value] : env_.vars) {
+      run.argv.push_back("--env");
+      run.argv.push_back(absl::StrCat(key, "=", value));
+    }
+    run.capture_output = false;  // its progress goes where ours does
+    auto child = Subprocess::Start(run);
+    if (!child.ok()) return child.status();
+    auto exit = (*child)->Wait(Clock::now() + std::chrono::minutes(10));
+    if (!exit.ok()) {
+      (*child)->Stop(std::chrono::seconds(2));
+      return absl::DeadlineExceededError(
+          "section 6's child did not finish within 10 minutes");
+    }
+    std::ifstream in(*out);
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json json =
+        nlohmann::json::parse(text.str(), nullptr,
+                              /*allow_exceptions=*/false);
+    if (json.is_discarded()) {
+      return absl::InternalError(
+          absl::StrCat("section 6's child (unshare --net) ended with ",
+                       exit->ToString(), " and no result"));
+    }
+    auto measured = SectionFromJson(json);
+    if (!measured.ok()) return measured.status();
+    section.rows = std::move(measured->rows);
+    section.notes = std::move(measured->notes);
+    section.failed = measured->failed;
+    return absl::OkStatus();
+  });
+}
+
+Section Bench::NetworkInNamespace() {
+  const int iterations = options_.netns_iterations;
+  Section section{"6", "in the namespace"};
+  return Run(std::move(section), [&](Section& section) -> absl::Status {
+    if (absl::Status s = LimitLoopback(options_.netns_rate); !s.ok()) return s;
+    for (const int mib : options_.netns_sizes_mib) {
+      const int64_t samples =
+          int64_t{mib} * (1 << 20) / options_.large_sample_bytes;
+      const auto batch = BuildLargeBatch(samples, options_.large_sample_bytes,
+                                         options_.stream_message_bytes);
+      auto direct_learner = StartLearners(1, samples, env_, kNetnsLearnerHost);
+      if (!direct_learner.ok()) return direct_learner.status();
+      LargeLearnClient direct((*direct_learner)[0].address());
+      pb::LearnReply reply;
+      if (auto warm = direct.Learn(batch->buffer, &reply); !warm.ok()) {
+        return warm.status();
+      }
+      Progress(absl::StrCat("  ", mib, " MiB over 4 learners at ",
+                            options_.netns_rate));
+      auto result = RunLargeCase(*batch, 4, direct, env_, iterations,
+                                 {Relay::kLearn, Relay::kLearnStream},
+                                 kNetnsLearnerHost, kNetnsDaemonHost);
+      if (!result.ok()) return result.status();
+      const Summary& d = result->direct_ms;
+      Row one{absl::StrCat("Learn ", mib, " MiB direct to 1 learner")};
+      one.value = d.median;
+      one.unit = "ms";
+      one.comparison = absl::StrCat(
+          FormatNumber(batch->payload_bytes / 1e6 / (d.median / 1e3)),
+          " MB/s over a ", options_.netns_rate, " link");
+      one.details = {{"direct_ms", ToJson(d)}, {"rate", options_.netns_rate}};
+      section.rows.push_back(std::move(one));
+      for (const auto& [relay, r] : result->relays) {
+        const size_t first = section.rows.size();
+        AddLargeRows(section, "", *batch, 4, relay, r, d);
+        Row& time = section.rows[first];
+        time.details["rate"] = options_.netns_rate;
+        if (relay == Relay::kLearnStream && mib == 64) {
+          time.target = "≤ 1.35× direct";
+          time.verdict = AtMost(*time.ratio, 1.35);
+        } else {
+          time.target =
+              relay == Relay::kLearn ? "(store-and-forward ≈ 2×)" : "";
+          time.verdict = Verdict::kNone;
+        }
+      }
+    }
+    section.notes.push_back(absl::StrCat(
+        "hosts on the namespace's loopback: coordinator 127.0.0.1, "
+        "aggregatord ",
+        kNetnsDaemonHost, ", learners ", kNetnsLearnerHost,
+        "; what is sent to a host shares one htb class of ",
+        options_.netns_rate, " (its link), replies are not limited."));
+    return absl::OkStatus();
+  });
+}
+
 // Section A ------------------------------------------------------------------
 
 // The allocators compared: each applies to the daemon and to every learner.
@@ -1101,10 +1679,11 @@ Section Bench::Allocators() {
     std::vector<std::string> missing;
     const std::vector<ChildEnv> variants = AllocatorVariants(&missing);
     const int64_t sample = options_.large_sample_bytes;
-    const auto batch64 =
-        BuildLargeBatch(int64_t{64} * (1 << 20) / sample, sample);
+    const auto batch64 = BuildLargeBatch(int64_t{64} * (1 << 20) / sample,
+                                         sample, options_.stream_message_bytes);
     const auto batch256 =
-        BuildLargeBatch(int64_t{256} * (1 << 20) / sample, sample);
+        BuildLargeBatch(int64_t{256} * (1 << 20) / sample, sample,
+                        options_.stream_message_bytes);
     for (const ChildEnv& variant : variants) {
       for (const LargeBatch* batch : {batch64.get(), batch256.get()}) {
         Progress(absl::StrCat("  ", variant.label, ": ",
@@ -1117,14 +1696,16 @@ Section Bench::Allocators() {
         if (auto warm = direct.Learn(batch->buffer, &reply); !warm.ok()) {
           return warm.status();
         }
-        auto result = RunLargeCase(*batch, 4, direct, variant, iterations);
+        auto result = RunLargeCase(*batch, 4, direct, variant, iterations,
+                                   {Relay::kLearn});
         if (!result.ok()) {
           return absl::Status(
               result.status().code(),
               absl::StrCat(variant.label, ": ", result.status().message()));
         }
         const size_t first = section.rows.size();
-        AddLargeRows(section, variant.label + ": ", *batch, 4, *result);
+        AddLargeRows(section, variant.label + ": ", *batch, 4, Relay::kLearn,
+                     result->relays.at(Relay::kLearn), result->direct_ms);
         for (size_t i = first; i < section.rows.size(); ++i) {
           section.rows[i].details["allocator"] = variant.label;
           section.rows[i].details["env"] = variant.vars;
@@ -1215,6 +1796,12 @@ nlohmann::json OptionsJson(const BenchOptions& o, const ChildEnv& env) {
           {"learner_counts", o.learner_counts},
           {"fanout_counts", o.fanout_counts},
           {"large_sample_bytes", o.large_sample_bytes},
+          {"stream_message_bytes", o.stream_message_bytes},
+          {"breakdown_iterations", o.breakdown_iterations},
+          {"baseline_daemon", o.baseline_daemon},
+          {"netns_rate", o.netns_rate},
+          {"netns_iterations", o.netns_iterations},
+          {"netns_sizes_mib", o.netns_sizes_mib},
           {"sections", o.sections},
           {"compare_allocators", o.compare_allocators},
           {"daemon", o.daemon},
@@ -1260,7 +1847,31 @@ int Main(int argc, char** argv) {
                  "bytes per sample in large batches")
       ->check(CLI::PositiveNumber);
   app.add_option("--sections", options.sections,
-                 "which sections to run, e.g. 125 (default 12345)");
+                 "which sections to run, e.g. 125 (default 123456)");
+  app.add_option("--stream-message-bytes", options.stream_message_bytes,
+                 "bytes of samples per LearnStream message (sections 2, 6)")
+      ->check(CLI::PositiveNumber);
+  auto* breakdown =
+      app.add_option("--breakdown-iterations", options.breakdown_iterations,
+                     "section 1: calls asking the daemon for its timestamps, "
+                     "per method")
+          ->check(CLI::PositiveNumber);
+  app.add_option("--baseline-daemon", options.baseline_daemon,
+                 "section 1: another aggregatord build timed beside this one "
+                 "(e.g. main's), call by call");
+  app.add_option("--netns-rate", options.netns_rate,
+                 "section 6: each host's link (tc rate, e.g. 1gbit, 10gbit)");
+  auto* netns_iterations =
+      app.add_option("--netns-iterations", options.netns_iterations,
+                     "section 6: timed calls per relay")
+          ->check(CLI::PositiveNumber);
+  app.add_option("--netns-sizes-mib", options.netns_sizes_mib,
+                 "section 6: batch sizes in MiB (default 64)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--netns-child-out", options.netns_child_out,
+                 "(internal) run section 6 here and write it to this file")
+      ->group("");
   app.add_flag("--compare-allocators", options.compare_allocators,
                "run only section A: as built (tcmalloc) against preloaded "
                "jemalloc and full tcmalloc, 64 and 256 MiB over 4 learners");
@@ -1288,6 +1899,8 @@ int Main(int argc, char** argv) {
     if (cycles->count() == 0) options.startup_cycles = 2;
     // The targets' cases only: 64 MiB over 4 learners and 256 MiB RSS.
     if (counts->count() == 0) options.learner_counts = {4};
+    if (breakdown->count() == 0) options.breakdown_iterations = 100;
+    if (netns_iterations->count() == 0) options.netns_iterations = 1;
   }
   if (options.compare_allocators) options.sections = "A";
   if (options.json_path.empty()) options.json_path = "bench-results.json";
@@ -1296,6 +1909,7 @@ int Main(int argc, char** argv) {
   options.learner = UserPath(options.learner);
   options.supervisor_bench = UserPath(options.supervisor_bench);
   options.preload = UserPath(options.preload);
+  options.baseline_daemon = UserPath(options.baseline_daemon);
 
   if (absl::Status s = ResolveBinaries(argv[0], options); !s.ok()) {
     std::fprintf(stderr, "bench: %s\n", std::string(s.message()).c_str());
@@ -1313,6 +1927,16 @@ int Main(int argc, char** argv) {
     return 2;
   }
 
+  if (!options.netns_child_out.empty()) {
+    // Section 6's child, in its network namespace: the section as JSON.
+    Bench bench(options, *env, std::move(*dir));
+    const Section section = bench.NetworkInNamespace();
+    std::ofstream out(options.netns_child_out, std::ios::trunc);
+    out << SectionJson(section).dump() << "\n";
+    out.close();
+    return out && !section.failed ? 0 : 1;
+  }
+
   Report report;
   report.machine = ReadMachineInfo();
   report.options = OptionsJson(options, *env);
@@ -1328,6 +1952,7 @@ int Main(int argc, char** argv) {
     if (wants('3')) report.sections.push_back(bench.FanOut());
     if (wants('4')) report.sections.push_back(bench.Supervisor());
     if (wants('5')) report.sections.push_back(bench.StartUp());
+    if (wants('6')) report.sections.push_back(bench.Network());
     if (wants('A')) report.sections.push_back(bench.Allocators());
   }
   const double seconds =

@@ -49,9 +49,10 @@ std::string ReadWholeFile(const std::string& path, bool* ok) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LearnerProcess>> LearnerProcess::Spawn(
-    const std::string& binary, int64_t batch_size, const ChildEnv& env) {
+    const std::string& binary, int64_t batch_size, const ChildEnv& env,
+    const std::string& host) {
   SubprocessOptions options;
-  options.argv = {binary, "--listen", "127.0.0.1:0", "--batch-size",
+  options.argv = {binary, "--listen", absl::StrCat(host, ":0"), "--batch-size",
                   absl::StrCat(batch_size)};
   options.env = env.vars;
   auto process = Subprocess::Start(options);
@@ -82,10 +83,11 @@ absl::Status LearnerProcess::WaitListening(BenchClock::time_point deadline) {
 absl::StatusOr<LearnerSet> LearnerSet::Start(const std::string& binary,
                                              int count, int64_t batch_size,
                                              const ChildEnv& env,
-                                             BenchClock::time_point deadline) {
+                                             BenchClock::time_point deadline,
+                                             const std::string& host) {
   LearnerSet set;
   for (int i = 0; i < count; ++i) {
-    auto learner = LearnerProcess::Spawn(binary, batch_size, env);
+    auto learner = LearnerProcess::Spawn(binary, batch_size, env, host);
     if (!learner.ok()) return learner.status();
     set.learners_.push_back(std::move(*learner));
   }
@@ -142,9 +144,9 @@ std::string BenchConfigYaml(const std::vector<std::string>& addresses) {
 
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Spawn(
     const std::string& binary, const std::string& config_path,
-    const ChildEnv& env) {
+    const ChildEnv& env, const std::string& listen) {
   SubprocessOptions options;
-  options.argv = {binary, "--config", config_path, "--listen", "127.0.0.1:0"};
+  options.argv = {binary, "--config", config_path, "--listen", listen};
   options.env = env.vars;
   std::unique_ptr<DaemonProcess> daemon(new DaemonProcess());
   daemon->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

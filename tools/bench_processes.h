@@ -43,9 +43,10 @@ struct ChildEnv {
 // One example_learner process.
 class LearnerProcess {
  public:
-  // Spawns `binary --listen 127.0.0.1:0 --batch-size N`; does not wait.
+  // Spawns `binary --listen HOST:0 --batch-size N`; does not wait.
   static absl::StatusOr<std::unique_ptr<LearnerProcess>> Spawn(
-      const std::string& binary, int64_t batch_size, const ChildEnv& env);
+      const std::string& binary, int64_t batch_size, const ChildEnv& env,
+      const std::string& host = "127.0.0.1");
   ~LearnerProcess();
 
   // Reads its "example_learner listening on ADDR" line.
@@ -73,10 +74,10 @@ class LearnerSet {
   LearnerSet(LearnerSet&&) = default;
   LearnerSet& operator=(LearnerSet&&) = default;
 
-  static absl::StatusOr<LearnerSet> Start(const std::string& binary, int count,
-                                          int64_t batch_size,
-                                          const ChildEnv& env,
-                                          BenchClock::time_point deadline);
+  static absl::StatusOr<LearnerSet> Start(
+      const std::string& binary, int count, int64_t batch_size,
+      const ChildEnv& env, BenchClock::time_point deadline,
+      const std::string& host = "127.0.0.1");
 
   size_t size() const { return learners_.size(); }
   LearnerProcess& operator[](size_t i) { return *learners_[i]; }
@@ -103,11 +104,11 @@ class DaemonProcess {
     BenchClock::time_point arrived;
   };
 
-  // Spawns `binary --config config_path --listen 127.0.0.1:0`. spawned() is
+  // Spawns `binary --config config_path --listen LISTEN`. spawned() is
   // taken just before the fork.
   static absl::StatusOr<std::unique_ptr<DaemonProcess>> Spawn(
       const std::string& binary, const std::string& config_path,
-      const ChildEnv& env);
+      const ChildEnv& env, const std::string& listen = "127.0.0.1:0");
   ~DaemonProcess();
   DaemonProcess(const DaemonProcess&) = delete;
   DaemonProcess& operator=(const DaemonProcess&) = delete;

@@ -179,6 +179,60 @@ std::string Report::Text() const {
   return out;
 }
 
+nlohmann::json SectionJson(const Section& section) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Row& row : section.rows) {
+    nlohmann::json r;
+    r["metric"] = row.metric;
+    r["value"] = row.value.has_value() ? nlohmann::json(*row.value)
+                                       : nlohmann::json(nullptr);
+    if (!row.text.empty()) r["text"] = row.text;
+    r["unit"] = row.unit;
+    r["comparison"] = row.comparison;
+    r["ratio"] = row.ratio.has_value() ? nlohmann::json(*row.ratio)
+                                       : nlohmann::json(nullptr);
+    r["target"] = row.target;
+    r["result"] = VerdictName(row.verdict);
+    r["details"] = row.details;
+    rows.push_back(std::move(r));
+  }
+  return {{"id", section.id},
+          {"title", section.title},
+          {"failed", section.failed},
+          {"rows", std::move(rows)},
+          {"notes", section.notes}};
+}
+
+absl::StatusOr<Section> SectionFromJson(const nlohmann::json& json) {
+  try {
+    Section section;
+    section.id = json.at("id").get<std::string>();
+    section.title = json.at("title").get<std::string>();
+    section.failed = json.at("failed").get<bool>();
+    section.notes = json.at("notes").get<std::vector<std::string>>();
+    for (const nlohmann::json& r : json.at("rows")) {
+      Row row;
+      row.metric = r.at("metric").get<std::string>();
+      if (!r.at("value").is_null()) row.value = r.at("value").get<double>();
+      row.text = r.value("text", "");
+      row.unit = r.at("unit").get<std::string>();
+      row.comparison = r.at("comparison").get<std::string>();
+      if (!r.at("ratio").is_null()) row.ratio = r.at("ratio").get<double>();
+      row.target = r.at("target").get<std::string>();
+      const std::string result = r.at("result").get<std::string>();
+      row.verdict = result == VerdictName(Verdict::kPass)   ? Verdict::kPass
+                    : result == VerdictName(Verdict::kMiss) ? Verdict::kMiss
+                                                            : Verdict::kNone;
+      row.details = r.at("details");
+      section.rows.push_back(std::move(row));
+    }
+    return section;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a bench section: ", e.what()));
+  }
+}
+
 nlohmann::json Report::Json() const {
   nlohmann::json json;
   json["machine"] = {{"cpus", machine.cpus},
@@ -189,27 +243,7 @@ nlohmann::json Report::Json() const {
   json["options"] = options;
   json["sections"] = nlohmann::json::array();
   for (const Section& section : sections) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const Row& row : section.rows) {
-      nlohmann::json r;
-      r["metric"] = row.metric;
-      r["value"] = row.value.has_value() ? nlohmann::json(*row.value)
-                                         : nlohmann::json(nullptr);
-      if (!row.text.empty()) r["text"] = row.text;
-      r["unit"] = row.unit;
-      r["comparison"] = row.comparison;
-      r["ratio"] = row.ratio.has_value() ? nlohmann::json(*row.ratio)
-                                         : nlohmann::json(nullptr);
-      r["target"] = row.target;
-      r["result"] = VerdictName(row.verdict);
-      r["details"] = row.details;
-      rows.push_back(std::move(r));
-    }
-    json["sections"].push_back({{"id", section.id},
-                                {"title", section.title},
-                                {"failed", section.failed},
-                                {"rows", std::move(rows)},
-                                {"notes", section.notes}});
+    json["sections"].push_back(SectionJson(section));
   }
   return json;
 }

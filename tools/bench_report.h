@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace aggregator {
 
 // Order statistics of one series of measurements (any unit).
@@ -80,6 +82,11 @@ struct Report {
   std::string Text() const;
   nlohmann::json Json() const;
 };
+
+// A section as JSON (what Report::Json lists), and back: the bench runs a
+// section in another process (a network namespace) and reads its result.
+nlohmann::json SectionJson(const Section& section);
+absl::StatusOr<Section> SectionFromJson(const nlohmann::json& json);
 
 // "0.412", "12.3", "1234": three significant figures or whole numbers.
 std::string FormatNumber(double value);

@@ -137,5 +137,29 @@ TEST_CASE("TempDir writes files and removes everything on destruction") {
   CHECK(stat(path.c_str(), &info) != 0);
 }
 
+TEST_CASE("A section read back from its JSON is the same section") {
+  Section section{"6", "a title"};
+  Row measured{"Learn 64 MiB"};
+  measured.value = 671.5;
+  measured.unit = "ms";
+  measured.comparison = "1.23× direct";
+  measured.ratio = 1.23;
+  measured.target = "≤ 1.35× direct";
+  measured.verdict = Verdict::kPass;
+  measured.details = {{"rate", "1gbit"}};
+  Row missing{"not measured"};
+  missing.text = "n/a";
+  missing.verdict = Verdict::kMiss;
+  section.rows = {measured, missing};
+  section.notes = {"a note"};
+  section.failed = true;
+  auto back = SectionFromJson(SectionJson(section));
+  REQUIRE(back.ok());
+  CHECK(SectionJson(*back) == SectionJson(section));
+  CHECK(back->rows[0].verdict == Verdict::kPass);
+  CHECK_FALSE(back->rows[1].value.has_value());
+  CHECK_FALSE(SectionFromJson(nlohmann::json{{"id", "6"}}).ok());
+}
+
 }  // namespace
 }  // namespace aggregator
