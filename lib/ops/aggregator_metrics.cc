@@ -6,6 +6,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "lib/base/mutex.h"
 #include "lib/base/version.h"
 
@@ -157,22 +158,39 @@ void AggregatorMetrics::ClearCollectors() { collectable_->Clear(); }
 
 void AggregatorMetrics::Served(const char* rpc, grpc::StatusCode code,
                                double seconds) {
-  requests_.Add({{"rpc", rpc}, {"code", CodeName(code)}}).Increment();
-  request_duration_.Add({{"rpc", rpc}}, LatencyBuckets()).Observe(seconds);
+  MutexLock lock(&mu_);
+  Handles& handles = handles_[absl::StrCat("served/", rpc, "/", code)];
+  if (handles.counter == nullptr) {
+    handles.counter = &requests_.Add({{"rpc", rpc}, {"code", CodeName(code)}});
+    handles.histogram =
+        &request_duration_.Add({{"rpc", rpc}}, LatencyBuckets());
+  }
+  handles.counter->Increment();
+  handles.histogram->Observe(seconds);
 }
 
 void AggregatorMetrics::LearnerCall(const std::string& learner, const char* rpc,
                                     grpc::StatusCode code, double seconds) {
-  learner_calls_
-      .Add({{"learner", learner}, {"rpc", rpc}, {"code", CodeName(code)}})
-      .Increment();
-  learner_call_duration_
-      .Add({{"learner", learner}, {"rpc", rpc}}, LatencyBuckets())
-      .Observe(seconds);
+  MutexLock lock(&mu_);
+  Handles& handles =
+      handles_[absl::StrCat("learner/", learner, "/", rpc, "/", code)];
+  if (handles.counter == nullptr) {
+    handles.counter = &learner_calls_.Add(
+        {{"learner", learner}, {"rpc", rpc}, {"code", CodeName(code)}});
+    handles.histogram = &learner_call_duration_.Add(
+        {{"learner", learner}, {"rpc", rpc}}, LatencyBuckets());
+  }
+  handles.counter->Increment();
+  handles.histogram->Observe(seconds);
 }
 
 void AggregatorMetrics::Forwarded(const std::string& learner, double bytes) {
-  forwarded_bytes_.Add({{"learner", learner}}).Increment(bytes);
+  MutexLock lock(&mu_);
+  Handles& handles = handles_[absl::StrCat("forwarded/", learner)];
+  if (handles.counter == nullptr) {
+    handles.counter = &forwarded_bytes_.Add({{"learner", learner}});
+  }
+  handles.counter->Increment(bytes);
 }
 
 void AggregatorMetrics::Reloaded(bool ok) {

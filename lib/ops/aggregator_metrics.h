@@ -31,6 +31,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "lib/base/mutex.h"
 
 namespace aggregator {
 
@@ -74,6 +78,13 @@ class AggregatorMetrics {
 
  private:
   class Collecting;
+  // A labelled counter and histogram, found once per label set: Family::Add
+  // builds and hashes a label map on every call, which cost a tenth of a
+  // relayed GetData's CPU.
+  struct Handles {
+    prometheus::Counter* counter = nullptr;
+    prometheus::Histogram* histogram = nullptr;
+  };
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<Collecting> collectable_;
@@ -91,6 +102,10 @@ class AggregatorMetrics {
   prometheus::Family<prometheus::Counter>& source_errors_;
   prometheus::Family<prometheus::Gauge>& source_learners_;
   prometheus::Family<prometheus::Counter>& source_reports_;
+
+  Mutex mu_;
+  // By "served/rpc/code", "learner/id/rpc/code" or "forwarded/id".
+  std::unordered_map<std::string, Handles> handles_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace aggregator
