@@ -89,7 +89,7 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
 
 void LearnerService::SetConfig(const ServiceConfig& config) {
   auto settings = std::make_shared<const Settings>(
-      Settings{config, InfoMerger(config.merge),
+      Settings{config, InfoMerger(config.merge), RawInfoMerger(config.merge),
                config.max_inflight_bytes.value_or(memory_.bytes / 4)});
   membership_.SetPolicy(config.on_learner_failure);
   MutexLock lock(&mu_);
@@ -1081,14 +1081,59 @@ grpc::Status LearnerService::MergeLearn(
     grpc::ByteBuffer* reply) {
   grpc::Status status = Summarize(method, calls);
   if (!status.ok()) return status;
+  std::vector<std::string> shares;  // each learner's reply, for a size error
+  for (const auto& call : calls) {
+    shares.push_back(
+        absl::StrCat(call.learner.Name(), " ", call.reply.Length(), " bytes"));
+  }
+  // Checked before it is sent: gRPC would fail it only after, with a message
+  // naming nobody, once the learners have trained.
+  auto too_large = [&](size_t size) {
+    if (size <= static_cast<size_t>(max_reply_bytes_)) return false;
+    const std::string message = absl::StrCat(
+        method, ": the merged reply is ", size,
+        " bytes, over max_message_bytes (", max_reply_bytes_,
+        "); the learners trained, but their infos (",
+        absl::StrJoin(shares, ", "),
+        ") are too large together: raise max_message_bytes or send less info");
+    spdlog::error("{}", message);
+    status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message);
+    return true;
+  };
+
+  // A clean merge is done on the replies' bytes (lib/aggregation/
+  // raw_info_merger.h); anything else is parsed and merged by InfoMerger.
+  std::vector<std::string> flat(calls.size());
+  std::vector<absl::string_view> bytes;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    std::vector<grpc::Slice> slices;
+    if (calls[i].reply.Valid()) (void)calls[i].reply.Dump(&slices);
+    for (const grpc::Slice& slice : slices) {
+      flat[i].append(reinterpret_cast<const char*>(slice.begin()),
+                     slice.size());
+    }
+    bytes.push_back(flat[i]);
+  }
+  if (auto merged = settings.raw_merger.Merge(bytes, counts);
+      merged.has_value()) {
+    for (size_t i = 1; i < calls.size(); ++i) {
+      WarnIfDifferent(method, "task_id", calls[0].learner, merged->task_ids[0],
+                      calls[i].learner, merged->task_ids[i]);
+      WarnIfDifferent(method, "buffer_id", calls[0].learner,
+                      merged->buffer_ids[0], calls[i].learner,
+                      merged->buffer_ids[i]);
+    }
+    if (too_large(merged->reply.size())) return status;
+    grpc::Slice slice(merged->reply.data(), merged->reply.size());
+    *reply = grpc::ByteBuffer(&slice, 1);
+    return grpc::Status::OK;
+  }
+
   std::vector<pb::LearnReply> replies(calls.size());
   std::vector<google::protobuf::Struct*> infos;
   std::vector<std::string> ids;
-  std::vector<std::string> shares;  // each learner's reply, for a size error
   for (size_t i = 0; i < calls.size(); ++i) {
     const LearnerHandle& learner = calls[i].learner;
-    shares.push_back(
-        absl::StrCat(learner.Name(), " ", calls[i].reply.Length(), " bytes"));
     // Parsing releases the received bytes: one copy at a time.
     if (grpc::Status parsed = ParseLearnReply(&calls[i].reply, &replies[i]);
         !parsed.ok()) {
@@ -1115,19 +1160,7 @@ grpc::Status LearnerService::MergeLearn(
   out.set_task_id(replies[0].task_id());
   out.set_buffer_id(replies[0].buffer_id());
   *out.mutable_info() = std::move(merged->info);
-  // Checked before it is serialized: gRPC would fail it only after, with a
-  // message naming nobody, once the learners have trained.
-  if (const size_t size = out.ByteSizeLong();
-      size > static_cast<size_t>(max_reply_bytes_)) {
-    const std::string message = absl::StrCat(
-        method, ": the merged reply is ", size,
-        " bytes, over max_message_bytes (", max_reply_bytes_,
-        "); the learners trained, but their infos (",
-        absl::StrJoin(shares, ", "),
-        ") are too large together: raise max_message_bytes or send less info");
-    spdlog::error("{}", message);
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message);
-  }
+  if (too_large(out.ByteSizeLong())) return status;
   bool own_buffer = false;
   return grpc::SerializationTraits<pb::LearnReply>::Serialize(out, reply,
                                                               &own_buffer);

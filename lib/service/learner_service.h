@@ -35,6 +35,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "lib/aggregation/info_merger.h"
+#include "lib/aggregation/raw_info_merger.h"
 #include "lib/aggregation/split_planner.h"
 #include "lib/base/memory_limit.h"
 #include "lib/base/mutex.h"
@@ -132,6 +133,7 @@ class LearnerService final
   struct Settings {
     ServiceConfig config;
     InfoMerger merger;
+    RawInfoMerger raw_merger;    // for clean merges; merger for the rest
     int64_t max_inflight_bytes;  // "auto" resolved
   };
   std::shared_ptr<const Settings> settings() const;

@@ -10,7 +10,10 @@
 // it succeeds, every list in the merged info at a per-sample path (a
 // merge.per_sample_keys entry or under one, reached through maps) has exactly
 // the batch's sample count of entries, in sample order: learner 0's entries
-// first (equal to the list it sent), then learner 1's, ...
+// first (equal to the list it sent), then learner 1's, ... And the raw merger
+// (lib/aggregation/raw_info_merger), given the same infos as serialized
+// LearnReplies, either declines or merges to what InfoMerger merges, where
+// InfoMerger has no warning.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -19,12 +22,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/aggregation/info_merger.h"
+#include "lib/aggregation/raw_info_merger.h"
+#include "proto/learner.pb.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -272,6 +278,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (std::getenv("FUZZ_PRINT") != nullptr) Print(config, ids, counts, infos);
 
+  // The raw merger on the same infos, before InfoMerger moves out of them.
+  std::vector<std::string> serialized;
+  for (size_t i = 0; i < learners; ++i) {
+    aggregator::v1::LearnReply reply;
+    *reply.mutable_info() = infos[i];
+    reply.set_task_id(ids[i]);
+    serialized.push_back(reply.SerializeAsString());
+  }
+  const std::vector<absl::string_view> raw_replies(serialized.begin(),
+                                                   serialized.end());
+  const std::optional<aggregator::RawInfoMerger::Merged> raw =
+      aggregator::RawInfoMerger(config).Merge(raw_replies, counts);
+
   aggregator::InfoMerger merger(config);
   std::vector<Struct*> pointers;
   for (Struct& info : infos) pointers.push_back(&info);
@@ -285,6 +304,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   absl::StatusOr<aggregator::MergedInfo> merged =
       merger.Merge(pointers, ids, counts);
+  if (raw.has_value()) {
+    FUZZ_CHECK(merged.ok());
+    FUZZ_CHECK(merged->warnings.empty());
+    aggregator::v1::LearnReply parsed;
+    FUZZ_CHECK(parsed.ParseFromString(raw->reply));
+    FUZZ_CHECK(MessageDifferencer::Equals(parsed.info(), merged->info));
+    FUZZ_CHECK(parsed.task_id() == ids[0]);
+  }
   if (!merged.ok()) {
     FUZZ_CHECK(merged.status().code() == absl::StatusCode::kInternal);
     return 0;

@@ -1,0 +1,536 @@
+#include "lib/aggregation/raw_info_merger.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "absl/base/attributes.h"
+#include "absl/strings/str_cat.h"
+
+namespace aggregator {
+namespace {
+
+// Wire types.
+constexpr int kVarint = 0;
+constexpr int kFixed64 = 1;
+constexpr int kLengthDelimited = 2;
+
+// google.protobuf.Value's fields (its oneof `kind`).
+constexpr uint32_t kNullValue = 1;
+constexpr uint32_t kNumberValue = 2;
+constexpr uint32_t kStringValue = 3;
+constexpr uint32_t kBoolValue = 4;
+constexpr uint32_t kStructValue = 5;
+constexpr uint32_t kListValue = 6;
+// A null Value, as InfoMerger writes one for a learner without the key.
+constexpr char kNullBytes[] = {kNullValue << 3 | kVarint, 0};
+
+struct Field {
+  uint32_t number = 0;
+  int type = 0;
+  absl::string_view body;  // length-delimited and fixed64 fields
+};
+
+// Reads a message's fields in order; only the wire types the Struct family,
+// LearnReply and their strings use.
+class WireReader {
+ public:
+  explicit WireReader(absl::string_view bytes) : rest_(bytes) {}
+  bool done() const { return rest_.empty(); }
+
+  // False when malformed or of another wire type. Inlined: it runs for
+  // every list entry.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool Next(Field* field) {
+    uint64_t tag = 0;
+    if (!Varint(&tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX) {
+      return false;
+    }
+    field->number = static_cast<uint32_t>(tag >> 3);
+    field->type = static_cast<int>(tag & 7);
+    uint64_t value = 0;
+    switch (field->type) {
+      case kVarint:
+        return Varint(&value);
+      case kFixed64:
+        return Take(8, &field->body);
+      case kLengthDelimited:
+        return Varint(&value) && Take(value, &field->body);
+      default:
+        return false;
+    }
+  }
+
+ private:
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool Varint(uint64_t* value) {
+    // Tags and lengths are mostly one byte.
+    if (!rest_.empty() && static_cast<uint8_t>(rest_.front()) < 0x80) {
+      *value = static_cast<uint8_t>(rest_.front());
+      rest_.remove_prefix(1);
+      return true;
+    }
+    *value = 0;
+    for (int shift = 0; shift < 64 && !rest_.empty(); shift += 7) {
+      const uint8_t byte = static_cast<uint8_t>(rest_.front());
+      rest_.remove_prefix(1);
+      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool Take(uint64_t size,
+                                         absl::string_view* out) {
+    if (size > rest_.size()) return false;
+    *out = rest_.substr(0, size);
+    rest_.remove_prefix(size);
+    return true;
+  }
+
+  absl::string_view rest_;
+};
+
+// Well-formed UTF-8 (RFC 3629), as protobuf requires of proto3 strings: a
+// reply that breaks it must fail as InfoMerger's parse fails.
+bool ValidUtf8(absl::string_view text) {
+  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    // ASCII, eight bytes at a time.
+    uint64_t word;
+    if (end - p >= 8 &&
+        (std::memcpy(&word, p, 8), (word & 0x8080808080808080ULL) == 0)) {
+      p += 8;
+      continue;
+    }
+    const uint8_t c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    int more = 0;
+    uint32_t code = 0;
+    if (c >= 0xc2 && c <= 0xdf) {
+      more = 1;
+      code = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      more = 2;
+      code = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      more = 3;
+      code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (end - p <= more) return false;
+    for (int i = 1; i <= more; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      code = code << 6 | (p[i] & 0x3f);
+    }
+    if ((more == 2 && (code < 0x800 || (code >= 0xd800 && code <= 0xdfff))) ||
+        (more == 3 && (code < 0x10000 || code > 0x10ffff))) {
+      return false;
+    }
+    p += more + 1;
+  }
+  return true;
+}
+
+enum class Shape { kNull, kScalar, kList, kMap };
+
+// A google.protobuf.Value as it arrived.
+struct RawValue {
+  Shape shape = Shape::kNull;
+  absl::string_view bytes;  // the whole Value message
+  absl::string_view body;   // of its ListValue or Struct
+  bool nan = false;         // a number that is NaN
+};
+
+// Reads a Value's one kind; false for more than one, or anything else.
+bool ReadValue(absl::string_view bytes, RawValue* value) {
+  value->bytes = bytes;
+  WireReader reader(bytes);
+  Field field;
+  int kinds = 0;
+  while (!reader.done()) {
+    if (!reader.Next(&field) || ++kinds > 1) return false;
+    const int expected =
+        field.number == kNullValue || field.number == kBoolValue ? kVarint
+        : field.number == kNumberValue                           ? kFixed64
+                                       : kLengthDelimited;
+    if (field.number > kListValue || field.type != expected) return false;
+    switch (field.number) {
+      case kNullValue:
+        value->shape = Shape::kNull;
+        break;
+      case kNumberValue: {
+        double number;
+        std::memcpy(&number, field.body.data(), sizeof(number));
+        value->nan = std::isnan(number);
+        value->shape = Shape::kScalar;
+        break;
+      }
+      case kStringValue:
+        if (!ValidUtf8(field.body)) return false;
+        value->shape = Shape::kScalar;
+        break;
+      case kBoolValue:
+        value->shape = Shape::kScalar;
+        break;
+      case kStructValue:
+        value->shape = Shape::kMap;
+        value->body = field.body;
+        break;
+      case kListValue:
+        value->shape = Shape::kList;
+        value->body = field.body;
+        break;
+    }
+  }
+  return true;
+}
+
+using RawMap = std::vector<std::pair<absl::string_view, RawValue>>;
+
+// Reads a Struct's entries, sorted by key; false on a key given twice or
+// anything but plain entries.
+bool ReadMap(absl::string_view body, RawMap* map) {
+  WireReader entries(body);
+  Field entry;
+  while (!entries.done()) {
+    if (!entries.Next(&entry) || entry.number != 1 ||
+        entry.type != kLengthDelimited) {
+      return false;
+    }
+    WireReader fields(entry.body);
+    Field field;
+    bool has_key = false;
+    bool has_value = false;
+    absl::string_view key;
+    RawValue value;
+    while (!fields.done()) {
+      if (!fields.Next(&field) || field.type != kLengthDelimited) return false;
+      if (field.number == 1 && !has_key) {
+        if (!ValidUtf8(field.body)) return false;
+        key = field.body;
+        has_key = true;
+      } else if (field.number == 2 && !has_value) {
+        if (!ReadValue(field.body, &value)) return false;
+        has_value = true;
+      } else {
+        return false;
+      }
+    }
+    map->emplace_back(key, value);
+  }
+  std::sort(map->begin(), map->end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < map->size(); ++i) {
+    if ((*map)[i].first == (*map)[i - 1].first) return false;
+  }
+  return true;
+}
+
+bool PlainMap(absl::string_view body, int depth);
+
+// Whether a Value's bytes (and all they hold) are plain, and at most `depth`
+// maps or lists deep: what a merge copies must parse as InfoMerger's would
+// (ReadValue's checks, without building anything).
+bool PlainValue(absl::string_view bytes, int depth) {
+  WireReader reader(bytes);
+  Field field;
+  int kinds = 0;
+  while (!reader.done()) {
+    if (!reader.Next(&field) || ++kinds > 1) return false;
+    switch (field.number) {
+      case kNullValue:
+      case kBoolValue:
+        if (field.type != kVarint) return false;
+        break;
+      case kNumberValue:
+        if (field.type != kFixed64) return false;
+        break;
+      case kStringValue:
+        if (field.type != kLengthDelimited || !ValidUtf8(field.body)) {
+          return false;
+        }
+        break;
+      case kStructValue:
+        if (field.type != kLengthDelimited ||
+            !PlainMap(field.body, depth - 1)) {
+          return false;
+        }
+        break;
+      case kListValue: {
+        if (field.type != kLengthDelimited || depth <= 1) return false;
+        WireReader entries(field.body);
+        Field entry;
+        while (!entries.done()) {
+          if (!entries.Next(&entry) || entry.number != 1 ||
+              entry.type != kLengthDelimited ||
+              !PlainValue(entry.body, depth - 1)) {
+            return false;
+          }
+        }
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+// The same for a Struct's body (a key may come twice: protobuf keeps the
+// last, and so does whoever parses what the merge copied).
+bool PlainMap(absl::string_view body, int depth) {
+  if (depth <= 0) return false;
+  WireReader entries(body);
+  Field entry;
+  while (!entries.done()) {
+    if (!entries.Next(&entry) || entry.number != 1 ||
+        entry.type != kLengthDelimited) {
+      return false;
+    }
+    WireReader fields(entry.body);
+    Field field;
+    bool seen[3] = {false, false, false};
+    while (!fields.done()) {
+      if (!fields.Next(&field) || field.type != kLengthDelimited ||
+          field.number > 2 || seen[field.number]) {
+        return false;
+      }
+      seen[field.number] = true;
+      if (field.number == 1 ? !ValidUtf8(field.body)
+                            : !PlainValue(field.body, depth)) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// The entries of a ListValue's body (which Plain checked).
+size_t ListSize(absl::string_view body) {
+  WireReader entries(body);
+  Field field;
+  size_t count = 0;
+  while (!entries.done() && entries.Next(&field)) ++count;
+  return count;
+}
+
+void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+// A length-delimited field.
+void AppendField(uint32_t number, absl::string_view body, std::string* out) {
+  AppendVarint(number << 3 | kLengthDelimited, out);
+  AppendVarint(body.size(), out);
+  out->append(body.data(), body.size());
+}
+
+// One merge: InfoMerger's rules where they merge without a word.
+class CleanMerge {
+ public:
+  CleanMerge(const std::set<std::string>& homogeneous_keys,
+             const std::vector<std::string>& per_sample_keys,
+             const std::vector<size_t>& counts)
+      : homogeneous_keys_(homogeneous_keys),
+        per_sample_keys_(per_sample_keys),
+        counts_(counts) {}
+
+  // Appends the merged Struct's entries to `out`; false when the merge is
+  // not clean.
+  bool Maps(const std::string& path, const std::vector<RawMap>& maps,
+            std::string* out) const {
+    std::vector<absl::string_view> keys;
+    for (const RawMap& map : maps) {
+      for (const auto& entry : map) keys.push_back(entry.first);
+    }
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    std::vector<const RawValue*> values(maps.size());
+    std::string value;
+    std::string entry;
+    for (absl::string_view key : keys) {
+      for (size_t i = 0; i < maps.size(); ++i) {
+        auto it = std::lower_bound(maps[i].begin(), maps[i].end(), key,
+                                   [](const auto& entry, absl::string_view k) {
+                                     return entry.first < k;
+                                   });
+        values[i] =
+            it != maps[i].end() && it->first == key ? &it->second : nullptr;
+      }
+      const std::string key_path =
+          path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
+      value.clear();
+      const bool merged = homogeneous_keys_.count(std::string(key)) > 0 &&
+                                  !IsPerSample(key_path)
+                              ? Homogeneous(values, &value)
+                              : Values(key_path, values, &value);
+      if (!merged) return false;
+      entry.clear();
+      AppendField(1, key, &entry);
+      AppendField(2, value, &entry);
+      AppendField(1, entry, out);
+    }
+    return true;
+  }
+
+ private:
+  // Every learner that sent the key sent the same scalar (or null).
+  static bool Homogeneous(const std::vector<const RawValue*>& values,
+                          std::string* out) {
+    const RawValue* first = nullptr;
+    for (const RawValue* value : values) {
+      if (value == nullptr) continue;
+      if (value->shape == Shape::kMap || value->shape == Shape::kList) {
+        return false;
+      }
+      if (first == nullptr) {
+        first = value;
+      } else if (first->nan || value->bytes != first->bytes) {
+        return false;  // InfoMerger warns of (or weighs) a disagreement
+      }
+    }
+    out->append(first->bytes.data(), first->bytes.size());
+    return true;
+  }
+
+  bool Values(const std::string& path,
+              const std::vector<const RawValue*>& values,
+              std::string* out) const {
+    Shape shape = Shape::kScalar;
+    for (const RawValue* value : values) {
+      if (value != nullptr &&
+          (value->shape == Shape::kMap || value->shape == Shape::kList)) {
+        shape = value->shape;
+        break;
+      }
+    }
+    std::string body;
+    if (shape == Shape::kScalar) {
+      // One entry per learner; a per-sample key would not line up.
+      if (IsPerSample(path)) return false;
+      for (const RawValue* value : values) {
+        AppendField(1,
+                    value != nullptr
+                        ? value->bytes
+                        : absl::string_view(kNullBytes, sizeof(kNullBytes)),
+                    &body);
+      }
+      AppendField(kListValue, body, out);
+      return true;
+    }
+    // A map or a list from every learner, or InfoMerger has words.
+    for (const RawValue* value : values) {
+      if (value == nullptr || value->shape != shape) return false;
+    }
+    if (shape == Shape::kList) {
+      const bool per_sample = IsPerSample(path);
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (per_sample && ListSize(values[i]->body) != counts_[i]) {
+          return false;
+        }
+        body.append(values[i]->body.data(), values[i]->body.size());
+      }
+      AppendField(kListValue, body, out);
+      return true;
+    }
+    std::vector<RawMap> maps(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (!ReadMap(values[i]->body, &maps[i])) return false;
+    }
+    if (!Maps(path, maps, &body)) return false;
+    AppendField(kStructValue, body, out);
+    return true;
+  }
+
+  // Whether `path` is a per-sample key or lies under one (as InfoMerger).
+  bool IsPerSample(const std::string& path) const {
+    for (const std::string& key : per_sample_keys_) {
+      if (path == key ||
+          (path.size() > key.size() && path.compare(0, key.size(), key) == 0 &&
+           path[key.size()] == '.')) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  const std::set<std::string>& homogeneous_keys_;
+  const std::vector<std::string>& per_sample_keys_;
+  const std::vector<size_t>& counts_;
+};
+
+// A LearnReply's fields; false unless plain.
+struct RawReply {
+  absl::string_view info;  // the Struct's body
+  absl::string_view task_id;
+  absl::string_view buffer_id;
+};
+
+bool ReadReply(absl::string_view bytes, RawReply* reply) {
+  WireReader reader(bytes);
+  Field field;
+  bool seen[4] = {false, false, false, false};
+  while (!reader.done()) {
+    if (!reader.Next(&field) || field.number > 3 || seen[field.number] ||
+        field.type != kLengthDelimited) {
+      return false;
+    }
+    seen[field.number] = true;
+    if (field.number == 1) {
+      reply->info = field.body;
+    } else if (!ValidUtf8(field.body)) {
+      return false;
+    } else {
+      (field.number == 2 ? reply->task_id : reply->buffer_id) = field.body;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+RawInfoMerger::RawInfoMerger(const MergeConfig& config)
+    : homogeneous_keys_(config.homogeneous_keys.begin(),
+                        config.homogeneous_keys.end()),
+      per_sample_keys_(config.per_sample_keys) {}
+
+std::optional<RawInfoMerger::Merged> RawInfoMerger::Merge(
+    const std::vector<absl::string_view>& replies,
+    const std::vector<size_t>& sample_counts) const {
+  if (replies.empty() || replies.size() != sample_counts.size()) {
+    return std::nullopt;
+  }
+  Merged merged;
+  std::vector<RawMap> maps(replies.size());
+  for (size_t i = 0; i < replies.size(); ++i) {
+    RawReply reply;
+    if (!ReadReply(replies[i], &reply) || !PlainMap(reply.info, kMaxDepth) ||
+        !ReadMap(reply.info, &maps[i])) {
+      return std::nullopt;
+    }
+    merged.task_ids.emplace_back(reply.task_id);
+    merged.buffer_ids.emplace_back(reply.buffer_id);
+  }
+  std::string info;
+  const CleanMerge merge(homogeneous_keys_, per_sample_keys_, sample_counts);
+  if (!merge.Maps("", maps, &info)) return std::nullopt;
+  AppendField(1, info, &merged.reply);
+  if (!merged.task_ids[0].empty()) {
+    AppendField(2, merged.task_ids[0], &merged.reply);
+  }
+  if (!merged.buffer_ids[0].empty()) {
+    AppendField(3, merged.buffer_ids[0], &merged.reply);
+  }
+  return merged;
+}
+
+}  // namespace aggregator
