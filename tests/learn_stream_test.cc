@@ -30,6 +30,7 @@ class FakeLearner final : public pb::Learner::Service {
     bool serves_stream = false;  // announces and serves LearnStream
     bool hold = false;           // after the first message
     bool fail = false;
+    size_t info_bytes = 0;  // a "blob" of this size in every answer
   };
   explicit FakeLearner(Options options) : options_(options) {}
 
@@ -143,6 +144,9 @@ class FakeLearner final : public pb::Learner::Service {
     }
     auto& fields = *reply->mutable_info()->mutable_fields();
     fields["received"].set_number_value(static_cast<double>(ids.size()));
+    if (options_.info_bytes > 0) {
+      fields["blob"].set_string_value(std::string(options_.info_bytes, 'x'));
+    }
     auto* list = (*fields["priority_info"]
                        .mutable_struct_value()
                        ->mutable_fields())["replay_unique_id"]
@@ -650,4 +654,27 @@ TEST_CASE("A tree of aggregators streams end to end") {
         std::vector<std::vector<std::string>>{Ids("t", 4, 8)});
   CHECK(StringList(ReplayIds(stream.reply)) == Ids("t", 0, 8));
   CHECK(Counted(*leaves.aggregator, "LearnStream", "OK") == 1);
+}
+
+TEST_CASE(
+    "A merged LearnStream reply over max_message_bytes is refused, named") {
+  FakeLearner::Options bulky;
+  bulky.info_bytes = 40 << 10;  // each fits, the two together do not
+  FakeCluster cluster({bulky, bulky});
+  cluster.config.max_message_bytes = 64 << 10;
+  cluster.Start();
+  const std::string plan = Plan(*cluster.stub, 8);
+  Stream stream(*cluster.stub);
+  REQUIRE(stream.Write(Samples("s", 0, 8), plan));
+  const grpc::Status status = stream.Close();
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("LearnStream: the merged reply is ") &&
+                 Catch::Contains("over max_message_bytes (65536)") &&
+                 Catch::Contains("fake0 (" + cluster.fakes[0]->address + ")"));
+  // They trained: the plan is used.
+  Stream retry(*cluster.stub);
+  (void)retry.Write(Samples("s", 0, 8), plan);
+  CHECK_THAT(retry.FinishOpen().error_message(),
+             Catch::Contains("already used"));
 }

@@ -134,7 +134,13 @@ AggregatorMetrics::AggregatorMetrics()
                           .Name("aggregator_source_failed_reports_total")
                           .Help("Learners reported failed to each learner "
                                 "source (DI-orchestrator replaces them).")
-                          .Register(*registry_)) {
+                          .Register(*registry_)),
+      stream_buffered_(
+          prometheus::BuildGauge()
+              .Name("aggregator_learn_stream_buffered_bytes")
+              .Help("LearnStream bytes received and not yet passed to a "
+                    "learner's connection, now and at most (peak).")
+              .Register(*registry_)) {
   prometheus::BuildGauge()
       .Name("aggregator_build_info")
       .Help("Always 1; the version of aggregatord that serves.")
@@ -199,6 +205,11 @@ void AggregatorMetrics::Reloaded(bool ok) {
 
 void AggregatorMetrics::SetStraggler(const std::string& learner, bool flagged) {
   stragglers_.Add({{"learner", learner}}).Set(flagged ? 1 : 0);
+}
+
+void AggregatorMetrics::SetStreamBuffered(double now, double peak) {
+  stream_buffered_.Add({{"at", "now"}}).Set(now);
+  stream_buffered_.Add({{"at", "peak"}}).Set(peak);
 }
 
 void AggregatorMetrics::SetMembershipGeneration(double generation) {

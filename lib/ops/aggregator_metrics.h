@@ -75,6 +75,8 @@ class AggregatorMetrics {
   // last scrape).
   void SetSource(const std::string& kind, const std::string& target,
                  const SourceFigures& figures);
+  // LearnStream bytes held, now and at most since the start.
+  void SetStreamBuffered(double now, double peak);
 
  private:
   class Collecting;
@@ -102,6 +104,7 @@ class AggregatorMetrics {
   prometheus::Family<prometheus::Counter>& source_errors_;
   prometheus::Family<prometheus::Gauge>& source_learners_;
   prometheus::Family<prometheus::Counter>& source_reports_;
+  prometheus::Family<prometheus::Gauge>& stream_buffered_;
 
   Mutex mu_;
   // By "served/rpc/code", "learner/id/rpc/code" or "forwarded/id".

@@ -439,6 +439,9 @@ void AggregatorServer::CollectMetrics() {
                       static_cast<double>(source.learners.size()),
                       static_cast<double>(source.reported)});
   }
+  const LearnerService::Buffered buffered = learner_service_->StreamBuffered();
+  metrics_.SetStreamBuffered(static_cast<double>(buffered.now),
+                             static_cast<double>(buffered.peak));
 }
 
 absl::StatusOr<ReloadResult> AggregatorServer::Reload(
