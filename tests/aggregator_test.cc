@@ -629,21 +629,6 @@ google::protobuf::Struct BlobInfo(size_t bytes) {
   return info;
 }
 
-double RequestsCounted(aggregator::AggregatorServer& server,
-                       const std::string& rpc, const std::string& code) {
-  for (const auto& family : server.metrics().collectable()->Collect()) {
-    if (family.name != "aggregator_requests_total") continue;
-    for (const auto& metric : family.metric) {
-      std::map<std::string, std::string> labels;
-      for (const auto& label : metric.label) labels[label.name] = label.value;
-      if (labels["rpc"] == rpc && labels["code"] == code) {
-        return metric.counter.value;
-      }
-    }
-  }
-  return 0;
-}
-
 }  // namespace
 
 // Issue 17, item 4: a merged reply over max_message_bytes failed with gRPC's

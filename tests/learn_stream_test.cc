@@ -277,21 +277,6 @@ const google::protobuf::Value& ReplayIds(const pb::LearnReply& reply) {
       .at("replay_unique_id");
 }
 
-double Counted(aggregator::AggregatorServer& server, const std::string& rpc,
-               const std::string& code) {
-  for (const auto& family : server.metrics().collectable()->Collect()) {
-    if (family.name != "aggregator_requests_total") continue;
-    for (const auto& metric : family.metric) {
-      std::map<std::string, std::string> labels;
-      for (const auto& label : metric.label) labels[label.name] = label.value;
-      if (labels["rpc"] == rpc && labels["code"] == code) {
-        return metric.counter.value;
-      }
-    }
-  }
-  return 0;
-}
-
 bool Idle(aggregator::AggregatorServer& server) {
   return server.learner_service().WaitIdle(std::chrono::steady_clock::now() +
                                            kWait);
@@ -344,7 +329,7 @@ TEST_CASE("LearnStream splits and merges a batch exactly as Learn does") {
   CHECK(priority(stream.reply) == priority(unary));
   CHECK(stream.reply.info().fields().at("received").DebugString() ==
         unary.info().fields().at("received").DebugString());
-  CHECK(Counted(*server, "LearnStream", "OK") == 1);
+  CHECK(RequestsCounted(*server, "LearnStream", "OK") == 1);
 
   // The same through the tools' client, which streams above its threshold.
   batch = Batch(128, "c");
@@ -526,7 +511,7 @@ TEST_CASE("A caller that cancels mid-stream cancels the learners' calls") {
   CHECK(cluster.fake(0).WaitCancelled());
   CHECK(stream.FinishOpen().error_code() == grpc::StatusCode::CANCELLED);
   REQUIRE(Idle(*cluster.aggregator));
-  CHECK(Counted(*cluster.aggregator, "LearnStream", "CANCELLED") == 1);
+  CHECK(RequestsCounted(*cluster.aggregator, "LearnStream", "CANCELLED") == 1);
   CHECK(cluster.fake(1).arrivals() == 0);
 }
 
@@ -653,7 +638,7 @@ TEST_CASE("A tree of aggregators streams end to end") {
   CHECK(leaves.fake(1).trained() ==
         std::vector<std::vector<std::string>>{Ids("t", 4, 8)});
   CHECK(StringList(ReplayIds(stream.reply)) == Ids("t", 0, 8));
-  CHECK(Counted(*leaves.aggregator, "LearnStream", "OK") == 1);
+  CHECK(RequestsCounted(*leaves.aggregator, "LearnStream", "OK") == 1);
 }
 
 TEST_CASE(

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -151,6 +152,22 @@ inline std::vector<std::string> PoolIds(AggregatorServer& server) {
 
 inline double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
+}
+
+// aggregator_requests_total{rpc, code} of `server`'s metrics.
+inline double RequestsCounted(AggregatorServer& server, const std::string& rpc,
+                              const std::string& code) {
+  for (const auto& family : server.metrics().collectable()->Collect()) {
+    if (family.name != "aggregator_requests_total") continue;
+    for (const auto& metric : family.metric) {
+      std::map<std::string, std::string> labels;
+      for (const auto& label : metric.label) labels[label.name] = label.value;
+      if (labels["rpc"] == rpc && labels["code"] == code) {
+        return metric.counter.value;
+      }
+    }
+  }
+  return 0;
 }
 
 }  // namespace aggregator::testing

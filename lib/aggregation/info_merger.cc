@@ -202,16 +202,8 @@ class MergePass {
     return Maps(path, maps, out->mutable_struct_value());
   }
 
-  // Whether `path` is a per-sample key or lies under one.
   bool IsPerSample(const std::string& path) const {
-    for (const std::string& key : per_sample_keys_) {
-      if (path == key ||
-          (path.size() > key.size() && path.compare(0, key.size(), key) == 0 &&
-           path[key.size()] == '.')) {
-        return true;
-      }
-    }
-    return false;
+    return IsPerSampleKey(per_sample_keys_, path);
   }
 
   // Every learner sent a list with one entry per sample it was sent.
@@ -249,6 +241,18 @@ class MergePass {
 };
 
 }  // namespace
+
+bool IsPerSampleKey(const std::vector<std::string>& per_sample_keys,
+                    const std::string& path) {
+  for (const std::string& key : per_sample_keys) {
+    if (path == key ||
+        (path.size() > key.size() && path.compare(0, key.size(), key) == 0 &&
+         path[key.size()] == '.')) {
+      return true;
+    }
+  }
+  return false;
+}
 
 InfoMerger::InfoMerger(const MergeConfig& config)
     : homogeneous_keys_(config.homogeneous_keys.begin(),

@@ -44,6 +44,11 @@ struct MergedInfo {
   std::vector<std::string> warnings;
 };
 
+// Whether the dotted key path `path` ("priority_info.priority") is one of
+// `per_sample_keys` or lies under one.
+bool IsPerSampleKey(const std::vector<std::string>& per_sample_keys,
+                    const std::string& path);
+
 class InfoMerger {
  public:
   explicit InfoMerger(const MergeConfig& config);

@@ -8,6 +8,7 @@
 
 #include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
+#include "lib/aggregation/info_merger.h"
 
 namespace aggregator {
 namespace {
@@ -192,9 +193,12 @@ bool ReadValue(absl::string_view bytes, RawValue* value) {
 
 using RawMap = std::vector<std::pair<absl::string_view, RawValue>>;
 
-// Reads a Struct's entries, sorted by key; false on a key given twice or
-// anything but plain entries.
-bool ReadMap(absl::string_view body, RawMap* map) {
+// Calls `visit(key, value)` (bool(absl::string_view, absl::string_view), the
+// value's bytes empty when the entry has none) for each entry of a Struct's
+// body; false when it does, or when the entries are not plain (a key that is
+// not UTF-8, a field given twice, another field).
+template <typename Visit>
+bool ForEachEntry(absl::string_view body, const Visit& visit) {
   WireReader entries(body);
   Field entry;
   while (!entries.done()) {
@@ -204,25 +208,32 @@ bool ReadMap(absl::string_view body, RawMap* map) {
     }
     WireReader fields(entry.body);
     Field field;
-    bool has_key = false;
-    bool has_value = false;
-    absl::string_view key;
-    RawValue value;
+    bool seen[3] = {false, false, false};
+    absl::string_view parts[3];
     while (!fields.done()) {
-      if (!fields.Next(&field) || field.type != kLengthDelimited) return false;
-      if (field.number == 1 && !has_key) {
-        if (!ValidUtf8(field.body)) return false;
-        key = field.body;
-        has_key = true;
-      } else if (field.number == 2 && !has_value) {
-        if (!ReadValue(field.body, &value)) return false;
-        has_value = true;
-      } else {
+      if (!fields.Next(&field) || field.type != kLengthDelimited ||
+          field.number > 2 || seen[field.number]) {
         return false;
       }
+      seen[field.number] = true;
+      parts[field.number] = field.body;
     }
-    map->emplace_back(key, value);
+    if (!ValidUtf8(parts[1]) || !visit(parts[1], parts[2])) return false;
   }
+  return true;
+}
+
+// Reads a Struct's entries, sorted by key; false on a key given twice or
+// anything but plain entries.
+bool ReadMap(absl::string_view body, RawMap* map) {
+  const bool plain =
+      ForEachEntry(body, [&](absl::string_view key, absl::string_view bytes) {
+        RawValue value;
+        if (!ReadValue(bytes, &value)) return false;
+        map->emplace_back(key, value);
+        return true;
+      });
+  if (!plain) return false;
   std::sort(map->begin(), map->end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 1; i < map->size(); ++i) {
@@ -284,30 +295,10 @@ bool PlainValue(absl::string_view bytes, int depth) {
 // The same for a Struct's body (a key may come twice: protobuf keeps the
 // last, and so does whoever parses what the merge copied).
 bool PlainMap(absl::string_view body, int depth) {
-  if (depth <= 0) return false;
-  WireReader entries(body);
-  Field entry;
-  while (!entries.done()) {
-    if (!entries.Next(&entry) || entry.number != 1 ||
-        entry.type != kLengthDelimited) {
-      return false;
-    }
-    WireReader fields(entry.body);
-    Field field;
-    bool seen[3] = {false, false, false};
-    while (!fields.done()) {
-      if (!fields.Next(&field) || field.type != kLengthDelimited ||
-          field.number > 2 || seen[field.number]) {
-        return false;
-      }
-      seen[field.number] = true;
-      if (field.number == 1 ? !ValidUtf8(field.body)
-                            : !PlainValue(field.body, depth)) {
-        return false;
-      }
-    }
-  }
-  return true;
+  return depth > 0 &&
+         ForEachEntry(body, [&](absl::string_view, absl::string_view value) {
+           return PlainValue(value, depth);
+         });
 }
 
 // The entries of a ListValue's body (which Plain checked).
@@ -451,16 +442,8 @@ class CleanMerge {
     return true;
   }
 
-  // Whether `path` is a per-sample key or lies under one (as InfoMerger).
   bool IsPerSample(const std::string& path) const {
-    for (const std::string& key : per_sample_keys_) {
-      if (path == key ||
-          (path.size() > key.size() && path.compare(0, key.size(), key) == 0 &&
-           path[key.size()] == '.')) {
-        return true;
-      }
-    }
-    return false;
+    return IsPerSampleKey(per_sample_keys_, path);
   }
 
   const std::set<std::string>& homogeneous_keys_;
