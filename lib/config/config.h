@@ -313,7 +313,8 @@ struct ServiceConfig {
   // whose learners are not known in advance).
   int min_learners = 1;
   // call_timeout: the deadline of every call to a learner (tightened by the
-  // caller's own deadline).
+  // caller's own deadline); a LearnStream's whole stream, and its calls to
+  // learners, end within it from its start.
   std::chrono::milliseconds call_timeout{60000};
   MergeConfig merge;
   // max_inflight_bytes: the Learn batches in flight at once, in bytes; one
