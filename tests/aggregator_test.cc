@@ -606,20 +606,11 @@ class FixedInfoLearner final : public pb::Learner::Service {
 
 struct FixedInfoServer {
   explicit FixedInfoServer(google::protobuf::Struct info)
-      : learner(std::move(info)) {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&learner);
-    server = builder.BuildAndStart();
-    REQUIRE(server != nullptr);
-    address = "127.0.0.1:" + std::to_string(port);
-  }
+      : learner(std::move(info)), server(ServeOnLoopback(&learner, &address)) {}
   ~FixedInfoServer() { server->Shutdown(std::chrono::system_clock::now()); }
   FixedInfoLearner learner;
+  std::string address;  // before server, which sets it
   std::unique_ptr<grpc::Server> server;
-  std::string address;
 };
 
 // {"blob": `bytes` of text}

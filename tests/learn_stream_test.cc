@@ -168,25 +168,15 @@ class FakeLearner final : public pb::Learner::Service {
 };
 
 struct FakeServer {
-  explicit FakeServer(FakeLearner::Options options) : learner(options) {
-    grpc::ServerBuilder builder;
-    builder.SetMaxReceiveMessageSize(-1);
-    builder.SetMaxSendMessageSize(-1);
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&learner);
-    server = builder.BuildAndStart();
-    REQUIRE(server != nullptr);
-    address = "127.0.0.1:" + std::to_string(port);
-  }
+  explicit FakeServer(FakeLearner::Options options)
+      : learner(options), server(ServeOnLoopback(&learner, &address)) {}
   ~FakeServer() {
     learner.Release();
     server->Shutdown(std::chrono::system_clock::now());
   }
   FakeLearner learner;
+  std::string address;  // before server, which sets it
   std::unique_ptr<grpc::Server> server;
-  std::string address;
 };
 
 std::vector<FakeLearner::Options> Plain(int learners) {

@@ -104,6 +104,23 @@ inline std::vector<std::string> Ids(const std::string& prefix, int begin,
   return ids;
 }
 
+// Serves `service` (a fake learner) on a free loopback port, with no message
+// size limit; sets `*address` to where it listens.
+inline std::unique_ptr<grpc::Server> ServeOnLoopback(grpc::Service* service,
+                                                     std::string* address) {
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  *address = "127.0.0.1:" + std::to_string(port);
+  return server;
+}
+
 // A loopback port nobody listens on (bound, then released).
 inline int ClosedPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
