@@ -931,9 +931,13 @@ class LearnerService::LearnStreamCall final
       if (failure_.has_value() || completing_) return;
       failure_ = status;
     }
+    // A cancelled call may end at once, and with it the whole call: this one
+    // holds on until it is done here.
+    refs_.fetch_add(1);
     for (const auto& sender : senders_) sender->Cancel();
     FinishCall(status);
     MaybeComplete();
+    Unref();
   }
 
   // The reply to the caller, once; deferred while OnSent starts a read.
