@@ -1,21 +1,17 @@
-// learner_sources[].dns against a real DNS server: dnsmasq, started by the
-// test on a free loopback port, serving names of the .test domain from a
-// hosts file that the test rewrites (and dnsmasq re-reads on SIGHUP). The
+// learner_sources[].dns against a real DNS server: dnsmasq (tests/dnsmasq.h),
+// with a search domain it refuses in the environment (LOCALDOMAIN). The
 // learners are example learners on one port at several 127.0.0.x addresses.
 #include "lib/discovery/dns_source.h"
 
-#include <grp.h>
-#include <netinet/in.h>
-#include <pwd.h>
-#include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
+#include "tests/dnsmasq.h"
 #include "tests/process_helpers.h"
 #include "tests/test_cluster.h"
 
@@ -24,93 +20,6 @@ namespace {
 
 namespace pb = aggregator::v1;
 using std::chrono::seconds;
-
-// A UDP socket bound to a free port of 127.0.0.1; sets `port`.
-int BoundUdpSocket(int* port) {
-  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t length = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
-  *port = ntohs(addr.sin_port);
-  return fd;
-}
-
-// A port free for both UDP and TCP on 127.0.0.1 right now (DNS uses both).
-int FreeDnsPort() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    int port = 0;
-    const int udp = BoundUdpSocket(&port);
-    const int tcp = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(port);
-    const bool free =
-        bind(tcp, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    close(tcp);
-    close(udp);
-    if (free) return port;
-  }
-  FAIL("no free port for dnsmasq");
-  return 0;
-}
-
-// dnsmasq answering for *.test from a hosts file ("address name" lines) and
-// nothing else (no upstream, no /etc/hosts).
-class Dnsmasq {
- public:
-  explicit Dnsmasq(const std::string& hosts)
-      : dir_(TempDir()), hosts_path_(dir_ + "/hosts") {
-    WriteFile(hosts_path_, hosts);
-    for (int attempt = 0; attempt < 5 && process_ == nullptr; ++attempt) {
-      port_ = FreeDnsPort();
-      // --no-daemon: in the foreground, logging to stderr too, and keeping
-      // the test's user (as root it would switch to its own, which a
-      // sandbox's user namespace does not allow).
-      auto process = Spawn(
-          {"/usr/sbin/dnsmasq", "--no-daemon", "--conf-file=/dev/null",
-           "--port=" + std::to_string(port_), "--listen-address=127.0.0.1",
-           "--bind-interfaces", "--no-resolv", "--no-hosts", "--local=/test/",
-           "--addn-hosts=" + hosts_path_, "--log-facility=-"});
-      // Its log goes to stderr; "read <hosts>" once it serves them.
-      const std::string line = WaitForLine(*process, "dnsmasq", true);
-      if (line.find("failed") != std::string::npos) {  // the port was taken
-        failures_.push_back(line);
-        continue;
-      }
-      WaitForLine(*process, "read " + hosts_path_, true);
-      process_ = std::move(process);
-    }
-    INFO(Catch::rangeToString(failures_));
-    REQUIRE(process_ != nullptr);
-  }
-  ~Dnsmasq() {
-    if (process_) {
-      (void)process_->Signal(SIGTERM);
-      (void)process_->Wait(std::chrono::steady_clock::now() + kLongWait);
-    }
-  }
-
-  HostPort address() const { return HostPort::Tcp("127.0.0.1", port_); }
-
-  // Replaces the records and waits until dnsmasq has read them.
-  void SetHosts(const std::string& hosts) {
-    WriteFile(hosts_path_ + ".new", hosts);
-    REQUIRE(rename((hosts_path_ + ".new").c_str(), hosts_path_.c_str()) == 0);
-    REQUIRE(process_->Signal(SIGHUP).ok());
-    WaitForLine(*process_, "read " + hosts_path_, true);
-  }
-
- private:
-  const std::string dir_;
-  const std::string hosts_path_;
-  int port_ = 0;
-  std::unique_ptr<Subprocess> process_;
-  std::vector<std::string> failures_;  // of the attempts to start it
-};
 
 DnsSourceConfig Source(const std::string& name, int port, const Dnsmasq& dns) {
   DnsSourceConfig config;
@@ -155,6 +64,29 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "With a nameserver the name is asked as written: the host's search "
+    "domains, which that server refuses, are not tried") {
+  // The search domain of the test's environment, as a resolv.conf `search`
+  // line gives one: without it this case shows nothing.
+  const char* search = std::getenv("LOCALDOMAIN");
+  REQUIRE(search != nullptr);
+  REQUIRE(std::string(search) == kRefusedSearchDomain);
+  Dnsmasq dns("127.0.0.11 learners.test\n");
+  // An A record and no AAAA: after the empty AAAA answer c-ares' search goes
+  // on to learners.test.refused.example, and dnsmasq's REFUSED would end the
+  // lookup in an error.
+  auto found = DnsSource(Source("learners.test", 1, dns))
+                   .Fetch(Within(milliseconds(5000)));
+  INFO(found.status().ToString());
+  REQUIRE(found.ok());
+  CHECK(Strings(*found) == std::vector<std::string>{"127.0.0.11:1"});
+  // No records at all: NOT_FOUND for the name, not REFUSED for another.
+  auto missing = DnsSource(Source("nothing.test", 1, dns))
+                     .Fetch(Within(milliseconds(5000)));
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE(
     "DnsSource reports no records, a DNS server that is down or "
     "silent, and a stop as errors naming the server, within the "
     "timeout") {
@@ -175,11 +107,11 @@ TEST_CASE(
              Catch::StartsWith("learners.test (A): DNS server " +
                                down.nameserver->ToString() + ": "));
 
-  // A socket that takes the queries and never answers.
-  int silent_port = 0;
-  const int silent = BoundUdpSocket(&silent_port);
+  // A server that takes the queries and never answers: cut at the deadline;
+  // or soon after a stop asked while the query waits.
+  SilentDnsServer silent;
   DnsSourceConfig hanging = Source("learners.test", 1, dns);
-  hanging.nameserver = HostPort::Tcp("127.0.0.1", silent_port);
+  hanging.nameserver = silent.address();
   const auto start = Clock::now();
   auto timed_out = DnsSource(hanging).Fetch(Within(milliseconds(600)));
   const double took = Seconds(Clock::now() - start);
@@ -188,17 +120,19 @@ TEST_CASE(
   CHECK_THAT(std::string(timed_out.status().message()),
              Catch::Contains("no answer from DNS server " +
                              hanging.nameserver->ToString()));
+  silent.Drain();
   std::atomic<bool> stop{false};
+  Clock::time_point stop_at{};
   std::thread stopper([&] {
-    std::this_thread::sleep_for(milliseconds(100));
+    CHECK(silent.WaitForQuery(kLongWait));
+    stop_at = Clock::now();
     stop = true;
   });
-  const auto stop_start = Clock::now();
   auto stopped = DnsSource(hanging).Fetch(Within(seconds(30), &stop));
+  const auto returned = Clock::now();
   stopper.join();
   CHECK(stopped.status().code() == absl::StatusCode::kCancelled);
-  CHECK(Seconds(Clock::now() - stop_start) < 3.0);
-  close(silent);
+  CHECK(Seconds(returned - stop_at) < 1.0);
 }
 
 // Example learners on one port at 127.0.0.11 .. 127.0.0.14.

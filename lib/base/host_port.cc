@@ -134,6 +134,12 @@ bool HostPort::IsWildcard() const {
   return !is_unix() && (host.empty() || host == "0.0.0.0" || host == "::");
 }
 
+bool IsIpAddress(const std::string& text) {
+  in6_addr address;
+  return inet_pton(AF_INET, text.c_str(), &address) == 1 ||
+         inet_pton(AF_INET6, text.c_str(), &address) == 1;
+}
+
 bool HostPort::IsLoopback() const {
   if (is_unix() || host == "localhost") return true;
   in_addr v4;

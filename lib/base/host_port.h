@@ -52,6 +52,9 @@ struct HostPort {
   bool operator!=(const HostPort& other) const { return !(*this == other); }
 };
 
+// A numeric IPv4 or IPv6 address ("10.0.0.1", "fd00::1"; no brackets).
+bool IsIpAddress(const std::string& text);
+
 }  // namespace aggregator
 
 #endif  // LIB_BASE_HOST_PORT_H_

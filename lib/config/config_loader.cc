@@ -1,6 +1,5 @@
 #include "lib/config/config_loader.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -92,13 +91,6 @@ std::string Quote(absl::string_view text) {
 
 std::string Position(const YAML::Mark& mark) {
   return absl::StrCat(mark.line + 1, ":", mark.column + 1);
-}
-
-// A numeric IPv4 or IPv6 address (no brackets).
-bool IsIpAddress(const std::string& text) {
-  in6_addr address;
-  return inet_pton(AF_INET, text.c_str(), &address) == 1 ||
-         inet_pton(AF_INET6, text.c_str(), &address) == 1;
 }
 
 bool IsWorkerNameChar(char c) {

@@ -1,7 +1,8 @@
 // DnsSource: learner_sources[].dns. Every refresh looks up the name's A and
 // AAAA records with c-ares (the resolver gRPC uses too), at the configured
-// nameserver or the system's, and returns one learner per address at the
-// configured port, in address order.
+// nameserver (the name as written) or the system's (with its search domains,
+// unless the name ends with '.'; see lib/discovery/dns_lookup.h), and returns
+// one learner per address at the configured port, in address order.
 //
 // A name without records (NXDOMAIN, or neither A nor AAAA) is an error, not an
 // empty answer: a resolver that lost its records and a service scaled to zero

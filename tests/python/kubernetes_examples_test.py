@@ -130,9 +130,12 @@ def dns_source(config: dict) -> dict:
 
 
 def headless_service_for(name: str, services: Dict[str, dict]) -> dict:
-    """The Service a dns source's name resolves: <service>.<namespace>.svc.cluster.local."""
-    match = re.fullmatch(r"([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local\.?", name)
-    assert match, f"{name} is not a Service's cluster DNS name"
+    """The Service a dns source's name resolves: <service>.<namespace>.svc.cluster.local.
+
+    The name is written in full with the final '.', so the pod's search domains
+    (ndots: 5) are not tried first, one lookup each."""
+    match = re.fullmatch(r"([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local\.", name)
+    assert match, f"{name} is not a Service's full cluster DNS name ending with '.'"
     service = services[match.group(1)]
     assert service["metadata"]["namespace"] == match.group(2)
     assert service["spec"]["clusterIP"] == "None", f"{match.group(1)} is not headless"
