@@ -3,16 +3,23 @@
 // /v1alpha1/replicas/failed), and that can also fail: HTTP 500, a body that is
 // not JSON, "success": false, a reply that never comes.
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
+#include "lib/discovery/discovery_loop.h"
 #include "lib/discovery/orchestrator_source.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/log_capture.h"
@@ -164,6 +171,94 @@ class FakeOrchestrator {
   std::vector<json> reports_;
 };
 
+// The TCP sockets of this host on 127.0.0.1 (/proc/net/tcp), by state.
+struct TcpSocket {
+  int local_port;
+  int remote_port;
+  int state;         // 0x02 SYN_SENT, 0x0A LISTEN
+  int64_t tx_queue;  // of a listener: its backlog
+  int64_t rx_queue;  // of a listener: the connections it has not accepted
+};
+std::vector<TcpSocket> TcpSockets() {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  std::vector<TcpSocket> sockets;
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues;
+    fields >> slot >> local >> remote >> state >> queues;
+    auto port = [](const std::string& address) {
+      return std::stoi(address.substr(address.find(':') + 1), nullptr, 16);
+    };
+    sockets.push_back(TcpSocket{
+        port(local), port(remote), std::stoi(state, nullptr, 16),
+        std::stoll(queues.substr(0, queues.find(':')), nullptr, 16),
+        std::stoll(queues.substr(queues.find(':') + 1), nullptr, 16)});
+  }
+  return sockets;
+}
+
+// A listener on 127.0.0.1 that never accepts, its backlog full: the SYN of a
+// connect to it is dropped, again and again, so the connect hangs until cut.
+class FullListener {
+ public:
+  FullListener() : listener_(socket(AF_INET, SOCK_STREAM, 0)) {
+    REQUIRE(listener_ >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) ==
+            0);
+    REQUIRE(listen(listener_, 0) == 0);
+    socklen_t length = sizeof(addr);
+    REQUIRE(getsockname(listener_, reinterpret_cast<sockaddr*>(&addr),
+                        &length) == 0);
+    port_ = ntohs(addr.sin_port);
+    // Connections that complete but are never accepted, until the kernel
+    // counts its accept queue as full (more queued than the backlog).
+    while (!Full()) {
+      REQUIRE(fillers_.size() < 16);
+      const int filler = socket(AF_INET, SOCK_STREAM, 0);
+      REQUIRE(filler >= 0);
+      fillers_.push_back(filler);
+      REQUIRE(connect(filler, reinterpret_cast<sockaddr*>(&addr),
+                      sizeof(addr)) == 0);
+    }
+  }
+  ~FullListener() {
+    for (const int filler : fillers_) close(filler);
+    close(listener_);
+  }
+
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(port_);
+  }
+  // Connects to it in progress (SYN_SENT): hanging.
+  int Connecting() const {
+    int count = 0;
+    for (const TcpSocket& socket : TcpSockets()) {
+      count += socket.remote_port == port_ && socket.state == 0x02 ? 1 : 0;
+    }
+    return count;
+  }
+
+ private:
+  bool Full() const {
+    for (const TcpSocket& socket : TcpSockets()) {
+      if (socket.local_port == port_ && socket.state == 0x0A) {
+        return socket.rx_queue > socket.tx_queue;
+      }
+    }
+    FAIL("the listener is not in /proc/net/tcp");
+    return false;
+  }
+
+  const int listener_;
+  int port_ = 0;
+  std::vector<int> fillers_;
+};
+
 RequestLimits Within(milliseconds timeout,
                      const std::atomic<bool>* stop = nullptr) {
   return RequestLimits{Clock::now() + timeout, stop};
@@ -181,6 +276,15 @@ TEST_CASE(
   REQUIRE(learners->size() == 2);
   CHECK((*learners)[0].ToString() == "learner-0.ns:22300");
   CHECK((*learners)[1].ToString() == "10.0.0.3:22301");
+  // A host name is resolved (here from /etc/hosts), its addresses tried in
+  // turn.
+  OrchestratorSourceConfig named = orchestrator.Config();
+  named.url = "http://localhost:" +
+              orchestrator.url().substr(orchestrator.url().rfind(':') + 1);
+  auto by_name = OrchestratorSource(named).Fetch(Within(seconds(5)));
+  INFO(by_name.status().ToString());
+  REQUIRE(by_name.ok());
+  CHECK(*by_name == *learners);
 
   const std::string get = "GET " + orchestrator.url() +
                           "/v1alpha1/replicas?namespace=ns&aggregator=agg-0: ";
@@ -257,6 +361,60 @@ TEST_CASE(
   CHECK(PodName(HostPort::Tcp("learner-3.training", 1), "training") ==
         "learner-3");
   CHECK(PodName(HostPort::Tcp("training", 1), "training") == "training");
+}
+
+TEST_CASE(
+    "A request to a server that never accepts is cut at its timeout, or "
+    "soon after a stop; a source whose refresh hangs so is removed or "
+    "stopped at once") {
+  FullListener server;
+  FakeOrchestrator orchestrator;  // for its configuration
+  OrchestratorSourceConfig config = orchestrator.Config();
+  config.url = server.url();
+  OrchestratorSource source(config);
+  auto start = Clock::now();
+  auto cut = source.Fetch(Within(milliseconds(500)));
+  const double took = Seconds(Clock::now() - start);
+  CHECK(cut.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK_THAT(std::string(cut.status().message()),
+             Catch::EndsWith("no complete reply within 500ms"));
+  CHECK(took < 1.5);
+
+  // A stop while it connects (cpp-httplib connects holding the lock its own
+  // stop() takes: that waited for the connect's timeout, 30 s here).
+  std::atomic<bool> stop{false};
+  auto stopped = std::async(std::launch::async, [&] {
+    return source.Fetch(Within(seconds(30), &stop));
+  });
+  REQUIRE(Eventually([&] { return server.Connecting() > 0; }));
+  start = Clock::now();
+  stop = true;
+  CHECK(stopped.get().status().code() == absl::StatusCode::kCancelled);
+  const double after_stop = Seconds(Clock::now() - start);
+  CHECK(after_stop < 1.0);
+
+  // The loop's thread joins that request when its source is removed (a
+  // reload, under the server's reload lock) and at Stop() (SIGTERM).
+  config.timeout = milliseconds(30000);
+  DiscoveryLoop loop;
+  loop.Apply({config});
+  REQUIRE(Eventually([&] { return server.Connecting() > 0; }));
+  start = Clock::now();
+  loop.Apply({});
+  const double removed = Seconds(Clock::now() - start);
+  CHECK(removed < 1.0);
+  REQUIRE(Eventually([&] { return server.Connecting() == 0; }));
+  loop.Apply({config});
+  REQUIRE(Eventually([&] { return server.Connecting() > 0; }));
+  start = Clock::now();
+  loop.Stop();
+  const double stop_took = Seconds(Clock::now() - start);
+  CHECK(stop_took < 1.0);
+  std::printf(
+      "HTTP to a server that never accepts: cut %.3f s after its start at a "
+      "0.5 s timeout, %.0f ms after a stop; a source whose refresh hung so "
+      "(timeout 30 s) was removed in %.0f ms, stopped in %.0f ms\n",
+      took, after_stop * 1000, removed * 1000, stop_took * 1000);
 }
 
 double SourceMetric(AggregatorServer& server, const std::string& name) {

@@ -1,14 +1,22 @@
 #include "lib/discovery/http_client.h"
 
+#include <fcntl.h>
 #include <httplib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <thread>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/base/mutex.h"
+#include "lib/discovery/dns_lookup.h"
 
 namespace aggregator {
 namespace {
@@ -17,8 +25,125 @@ using Steady = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr size_t kMaxReplyBytes = size_t{4} << 20;
-// How often the guard looks at RequestLimits::stop.
-constexpr milliseconds kStopPoll{50};
+// How often the guard looks at RequestLimits::stop, and shuts the sockets
+// down again once it has cut the call.
+constexpr milliseconds kGuardPoll{50};
+
+// The host of "scheme://host[:port]" ("[v6]" without its brackets), as
+// cpp-httplib's Client takes it apart.
+std::string HostOf(const std::string& origin) {
+  const size_t scheme_end = origin.find("://");
+  const std::string authority =
+      scheme_end == std::string::npos ? origin : origin.substr(scheme_end + 3);
+  if (!authority.empty() && authority[0] == '[') {
+    return authority.substr(1, authority.find(']') - 1);
+  }
+  return authority.substr(0, authority.find(':'));
+}
+
+// The sockets of one call, and the cut that ends them whatever cpp-httplib is
+// doing with them: shutdown(2) on a duplicate of each, taken as cpp-httplib
+// makes it (before it connects). A shutdown wakes a connect in progress as it
+// does a read or a write, and takes none of cpp-httplib's locks: its stop()
+// waits for a connect to end, since it connects holding the lock stop() takes.
+// The duplicates keep the sockets' numbers from being reused until the call is
+// over, so a late cut never hits another socket.
+class SocketCutter {
+ public:
+  SocketCutter() = default;
+  SocketCutter(const SocketCutter&) = delete;
+  SocketCutter& operator=(const SocketCutter&) = delete;
+  ~SocketCutter() {
+    MutexLock lock(&mu_);
+    for (const int socket : sockets_) close(socket);
+  }
+
+  // cpp-httplib's socket_options hook: each socket it makes, before connect.
+  void Adopt(int socket) {
+    const int copy = fcntl(socket, F_DUPFD_CLOEXEC, 0);
+    const int error = errno;
+    MutexLock lock(&mu_);
+    if (copy < 0) {
+      // It could not be cut later: it fails now (by its first write at the
+      // latest; its connect ends by the connection timeout, the time left).
+      shutdown(socket, SHUT_RDWR);
+      unguarded_ =
+          absl::StrCat("cannot guard the connection: ", strerror(error));
+      return;
+    }
+    sockets_.push_back(copy);
+    if (cut_) shutdown(copy, SHUT_RDWR);
+  }
+
+  // Shuts every socket down, and each one made from now on. A socket shut down
+  // between its creation and its connect still connects, so the guard cuts
+  // again until the call returns.
+  void Cut() {
+    MutexLock lock(&mu_);
+    cut_ = true;
+    for (const int socket : sockets_) shutdown(socket, SHUT_RDWR);
+  }
+
+  bool cut() const {
+    MutexLock lock(&mu_);
+    return cut_;
+  }
+  // Why a socket went out unguarded (and was failed), or "".
+  std::string unguarded() const {
+    MutexLock lock(&mu_);
+    return unguarded_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::vector<int> sockets_ ABSL_GUARDED_BY(mu_);
+  bool cut_ ABSL_GUARDED_BY(mu_) = false;
+  std::string unguarded_ ABSL_GUARDED_BY(mu_);
+};
+
+// Runs on a thread of its own while a call is in flight: cuts it when
+// limits.stop is set or the deadline passes, then again every kGuardPoll
+// until Finish().
+class CallGuard {
+ public:
+  CallGuard(SocketCutter* cutter, const RequestLimits& limits)
+      : cutter_(cutter), limits_(limits), thread_([this] { Run(); }) {}
+  ~CallGuard() { Finish(); }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
+
+  void Finish() {
+    {
+      MutexLock lock(&mu_);
+      done_ = true;
+      finished_.Signal();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    MutexLock lock(&mu_);
+    while (!done_) {
+      const Steady::duration left = limits_.deadline - Steady::now();
+      const bool due = limits_.stopped() || left <= Steady::duration::zero();
+      // Short syscalls under mu_, which the caller takes only once its call
+      // has returned.
+      if (due) cutter_->Cut();
+      finished_.WaitWithTimeout(
+          &mu_,
+          absl::FromChrono(due ? kGuardPoll
+                               : std::min<Steady::duration>(left, kGuardPoll)));
+    }
+  }
+
+  SocketCutter* const cutter_;
+  const RequestLimits limits_;
+  Mutex mu_;
+  CondVar finished_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the rest is set
+};
 
 }  // namespace
 
@@ -49,6 +174,9 @@ absl::StatusOr<HttpReply> HttpCall(const std::string& method,
       target_start == std::string::npos ? "/" : url.substr(target_start);
   const auto budget =
       std::chrono::ceil<milliseconds>(limits.deadline - Steady::now());
+  if (limits.stopped()) {
+    return absl::CancelledError(absl::StrCat(method, " ", url, ": stopped"));
+  }
   if (budget <= milliseconds(0)) {
     return absl::DeadlineExceededError(
         absl::StrCat(method, " ", url, ": no time left"));
@@ -58,9 +186,16 @@ absl::StatusOr<HttpReply> HttpCall(const std::string& method,
     return absl::InvalidArgumentError(
         absl::StrCat(method, " ", url, ": not an http:// or https:// URL"));
   }
-  client.set_connection_timeout(budget);
-  client.set_read_timeout(budget);
-  client.set_write_timeout(budget);
+  const std::string host = HostOf(origin);
+  absl::StatusOr<std::vector<std::string>> addresses =
+      ResolveHost(host, limits);
+  if (!addresses.ok()) {
+    return absl::Status(
+        addresses.status().code(),
+        absl::StrCat(method, " ", url, ": ", addresses.status().message()));
+  }
+  SocketCutter cutter;
+  client.set_socket_options([&cutter](int socket) { cutter.Adopt(socket); });
   client.set_keep_alive(false);
 
   httplib::Request request;
@@ -82,50 +217,52 @@ absl::StatusOr<HttpReply> HttpCall(const std::string& method,
     return true;
   };
 
-  // The guard: cuts the connection at the deadline or on stop. cpp-httplib's
-  // own timeouts are per read, which a trickling server never trips.
-  Mutex mu;
-  CondVar finished;
-  bool done = false;
-  bool cut = false;
-  std::thread guard([&] {
-    MutexLock lock(&mu);
-    while (!done) {
-      const auto left = limits.deadline - Steady::now();
-      if (limits.stopped() || left <= Steady::duration::zero()) {
-        cut = true;
-        client.stop();
-        return;
-      }
-      finished.WaitWithTimeout(
-          &mu, absl::FromChrono(std::min<Steady::duration>(left, kStopPoll)));
-    }
-  });
   httplib::Response response;
   httplib::Error error = httplib::Error::Success;
-  const bool sent = client.send(request, response, error);
+  bool sent = false;
+  std::string address;  // the last one tried
   {
-    MutexLock lock(&mu);
-    done = true;
-    finished.Signal();
+    // cpp-httplib's own timeouts are per step (connect, each read, each
+    // write), which a trickling server never trips: the guard ends the whole.
+    CallGuard guard(&cutter, limits);
+    for (const std::string& next : *addresses) {
+      const auto left =
+          std::chrono::ceil<milliseconds>(limits.deadline - Steady::now());
+      if (cutter.cut() || left <= milliseconds(0)) break;
+      address = next;
+      client.set_hostname_addr_map({{host, address}});
+      client.set_connection_timeout(left);
+      client.set_read_timeout(left);
+      client.set_write_timeout(left);
+      body.clear();
+      response = httplib::Response();
+      sent = client.send(request, response, error);
+      // Only a connection that could not be made tries the next address.
+      if (sent || error != httplib::Error::Connection) break;
+    }
   }
-  guard.join();
 
   if (limits.stopped()) {
     return absl::CancelledError(absl::StrCat(method, " ", url, ": stopped"));
+  }
+  // A cut connection can look like the end of a reply read to the close.
+  if (cutter.cut() || (!sent && Steady::now() >= limits.deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        method, " ", url, ": no complete reply within ", budget.count(), "ms"));
   }
   if (too_large) {
     return absl::ResourceExhaustedError(
         absl::StrCat(method, " ", url, ": the reply is larger than ",
                      kMaxReplyBytes >> 20, " MiB"));
   }
-  if (cut || (!sent && Steady::now() >= limits.deadline)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        method, " ", url, ": no complete reply within ", budget.count(), "ms"));
-  }
   if (!sent) {
-    return absl::UnavailableError(
-        absl::StrCat(method, " ", url, ": ", httplib::to_string(error)));
+    const std::string unguarded = cutter.unguarded();
+    return absl::UnavailableError(absl::StrCat(
+        method, " ", url, ": ",
+        !unguarded.empty()                    ? unguarded
+        : error == httplib::Error::Connection ? std::string("cannot connect")
+                                              : httplib::to_string(error),
+        address == host ? "" : absl::StrCat(" (at ", address, ")")));
   }
   return HttpReply{response.status, std::move(body)};
 }

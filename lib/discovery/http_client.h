@@ -1,10 +1,15 @@
 // HttpCall: one HTTP request to a server that may be slow, hang, or answer
-// with anything, through cpp-httplib's client. It ends by limits.deadline
-// (DEADLINE_EXCEEDED) or within 50 ms of limits.stop (CANCELLED), whatever the
-// server does: a guard thread cuts the connection then, so neither a silent
-// server nor one that trickles its answer byte by byte holds the caller. At
-// most 4 MiB of the answer is read (RESOURCE_EXHAUSTED past that). Proxy
-// variables of the environment are not used.
+// with anything, through cpp-httplib's client. The host is looked up with
+// c-ares within the deadline (ResolveHost, lib/discovery/dns_lookup.h) and
+// cpp-httplib is handed the address, so no getaddrinfo, which nothing bounds,
+// runs. The whole call ends by limits.deadline (DEADLINE_EXCEEDED) or within
+// about 50 ms of limits.stop (CANCELLED), whatever the other side does: a
+// guard thread then shuts the connection down, in the connect (a server that
+// never accepts), the request or the reply (a silent server, or one that
+// trickles its answer byte by byte). The host's addresses are tried in turn
+// while a connection cannot be made. At most 4 MiB of the answer is read
+// (RESOURCE_EXHAUSTED past that). Proxy variables of the environment are not
+// used.
 //
 // Thread-safety: calls are independent; any thread.
 #ifndef LIB_DISCOVERY_HTTP_CLIENT_H_
