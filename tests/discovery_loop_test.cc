@@ -114,17 +114,34 @@ struct Fixture {
   Mutex mu;
   std::set<std::string> failed ABSL_GUARDED_BY(mu);
   std::atomic<int> changes{0};
+  // How many of the next calls of each hook throw.
+  std::atomic<int> make_source_throws{0};
+  std::atomic<int> failed_learners_throws{0};
+  std::atomic<int> on_change_throws{0};
   std::unique_ptr<DiscoveryLoop> loop;
+
+  // Throws when `count` says so, counting down.
+  static void MaybeThrow(std::atomic<int>& count, const char* hook) {
+    if (count.load() > 0) {
+      --count;
+      throw std::runtime_error(std::string(hook) + " failed");
+    }
+  }
 
   Fixture() {
     DiscoveryHooks hooks;
     hooks.clock = &clock;
-    hooks.on_change = [this] { ++changes; };
+    hooks.on_change = [this] {
+      ++changes;
+      MaybeThrow(on_change_throws, "on_change");
+    };
     hooks.failed_learners = [this] {
+      MaybeThrow(failed_learners_throws, "failed_learners");
       MutexLock lock(&mu);
       return failed;
     };
     hooks.make_source = [this](const LearnerSourceConfig& config) {
+      MaybeThrow(make_source_throws, "make_source");
       const std::string key = LearnerSourceKey(config);
       return std::make_unique<ScriptedSource>(
           &scripts[key],
@@ -290,6 +307,54 @@ TEST_CASE(
   script.Answer(std::vector<HostPort>{a});
   for (int i = 0; i < 5; ++i) f.NextRefresh();
   CHECK(script.Reports().size() == 4);
+}
+
+TEST_CASE(
+    "A source that cannot be built or a hook that throws fails that "
+    "refresh, or is logged; the source's thread goes on") {
+  testing::CaptureSink& logs = testing::CapturedLogs();
+  Fixture f;
+  Script& script =
+      f.script("orchestrator http://orchestrator.test ns/aggregator");
+  const HostPort a = HostPort::Tcp("learner-0.ns", 22300);
+  const HostPort b = HostPort::Tcp("learner-1.ns", 22300);
+  script.Answer(std::vector<HostPort>{a});
+  f.make_source_throws = 1;
+  f.loop->Apply({Orchestrator(seconds(3))});
+  REQUIRE(Eventually([&] { return f.Refreshes() == 1; }));
+  SourceSnapshot status = f.loop->Status()[0];
+  CHECK(status.errors == 1);
+  CHECK(status.last_error == "unexpected exception: make_source failed");
+  CHECK(status.learners.empty());
+
+  f.NextRefresh();  // built now
+  status = f.loop->Status()[0];
+  CHECK(status.errors == 1);
+  CHECK(status.learners == std::vector<HostPort>{a});
+
+  f.failed_learners_throws = 1;
+  f.NextRefresh();
+  status = f.loop->Status()[0];
+  CHECK(status.errors == 2);
+  CHECK(status.last_error == "unexpected exception: failed_learners failed");
+
+  // on_change is the owner's: logged, and the refresh stands.
+  const std::string line =
+      "learner source orchestrator http://orchestrator.test ns/aggregator: "
+      "on_change: unexpected exception: on_change failed";
+  const size_t logged = logs.Count(line);
+  f.on_change_throws = 1;
+  script.Answer(std::vector<HostPort>{a, b});
+  f.NextRefresh();
+  REQUIRE(Eventually([&] { return logs.Count(line) == logged + 1; }));
+  status = f.loop->Status()[0];
+  CHECK(status.errors == 2);
+  CHECK(status.last_error.empty());
+  CHECK(status.learners == std::vector<HostPort>{a, b});
+  // And it goes on.
+  script.Answer(std::vector<HostPort>{b});
+  f.NextRefresh();
+  CHECK(f.loop->Members()[0] == std::vector<HostPort>{b});
 }
 
 TEST_CASE(

@@ -281,21 +281,28 @@ void DiscoveryLoop::Run(Source* source) {
   std::unique_ptr<LearnerSource> from;
   uint64_t built = 0;
   while (WaitForRefresh(source)) {
-    const Clock::TimePoint start = clock_.Now();
-    LearnerSourceConfig config;
-    uint64_t version = 0;
-    {
-      MutexLock lock(&source->mu);
-      source->last_start = start;
-      config = source->config;
-      version = source->version;
-    }
-    if (from == nullptr || version != built) {
-      from = hooks_.make_source(config);
-      built = version;
-    }
-    ReportFailed(source, *from, config);
-    Refresh(source, *from, config);
+    // Whatever throws on the way (building the source, a hook) fails this
+    // refresh like a failed request: counted, logged once per episode, tried
+    // again at the next. The thread goes on.
+    const absl::Status step = Guarded([&]() -> absl::Status {
+      const Clock::TimePoint start = clock_.Now();
+      LearnerSourceConfig config;
+      uint64_t version = 0;
+      {
+        MutexLock lock(&source->mu);
+        source->last_start = start;
+        config = source->config;
+        version = source->version;
+      }
+      if (from == nullptr || version != built) {
+        from = hooks_.make_source(config);
+        built = version;
+      }
+      ReportFailed(source, *from, config);
+      Refresh(source, *from, config);
+      return absl::OkStatus();
+    });
+    if (!step.ok()) Record(source, step);
   }
 }
 
@@ -304,10 +311,24 @@ void DiscoveryLoop::Refresh(Source* source, LearnerSource& from,
   const RequestLimits limits{
       std::chrono::steady_clock::now() + TimeoutOf(config),
       &source->cut_requests};
-  absl::StatusOr<std::vector<HostPort>> answer =
+  const absl::StatusOr<std::vector<HostPort>> answer =
       Guarded([&]() -> absl::StatusOr<std::vector<HostPort>> {
         return from.Fetch(limits);
       });
+  if (!Record(source, answer) || !hooks_.on_change) return;
+  // The owner's trouble, not the source's: logged, and the refresh stands.
+  const absl::Status notified = Guarded([&]() -> absl::Status {
+    hooks_.on_change();
+    return absl::OkStatus();
+  });
+  if (!notified.ok()) {
+    spdlog::error("{}: on_change: {}", source->name,
+                  std::string(notified.message()));
+  }
+}
+
+bool DiscoveryLoop::Record(
+    Source* source, const absl::StatusOr<std::vector<HostPort>>& answer) {
   const Clock::TimePoint now = clock_.Now();
   std::vector<HostPort> joined;
   std::vector<HostPort> left;
@@ -316,7 +337,7 @@ void DiscoveryLoop::Refresh(Source* source, LearnerSource& from,
   bool recovered = false;
   {
     MutexLock lock(&source->mu);
-    if (source->stopping) return;  // an answer cut short, or no longer wanted
+    if (source->stopping) return false;  // cut short, or no longer wanted
     ++source->refreshes;
     count = source->learners.size();
     if (!answer.ok()) {
@@ -357,11 +378,11 @@ void DiscoveryLoop::Refresh(Source* source, LearnerSource& from,
     spdlog::info("{}: refreshes succeed again ({} learner(s))", source->name,
                  count);
   }
-  if (joined.empty() && left.empty()) return;
+  if (joined.empty() && left.empty()) return false;
   spdlog::info("{}: {} learner(s) now{}{}{}{}", source->name, count,
                joined.empty() ? "" : "; joined: ", Addresses(joined),
                left.empty() ? "" : "; left: ", Addresses(left));
-  if (hooks_.on_change) hooks_.on_change();
+  return true;
 }
 
 void DiscoveryLoop::ReportFailed(Source* source, LearnerSource& to,

@@ -5,9 +5,11 @@
 //   `timeout`;
 // - its answer becomes its learners in a stable order: those it had keep
 //   their places, new ones are appended (StableMerge);
-// - an error (or an exception) keeps the last learners; it is logged once per
-//   episode of errors (and once when the source recovers), counted, and shown
-//   in Status() until a refresh succeeds;
+// - an error keeps the last learners; it is logged once per episode of errors
+//   (and once when the source recovers), counted, and shown in Status() until
+//   a refresh succeeds. An exception thrown by the source, by make_source or
+//   by failed_learners is such an error; one thrown by on_change is logged.
+//   A source's thread never dies of one;
 // - for a source that takes failure reports (the orchestrator), a learner of
 //   it that the pool has had failed for report_failed_after (as seen at its
 //   refreshes) is reported once per failure episode; a report that fails is
@@ -110,6 +112,10 @@ class DiscoveryLoop {
   bool WaitForRefresh(Source* source);
   void Refresh(Source* source, LearnerSource& from,
                const LearnerSourceConfig& config);
+  // Counts and logs a refresh's outcome (an error keeps the learners); true
+  // when the source's learners changed.
+  bool Record(Source* source,
+              const absl::StatusOr<std::vector<HostPort>>& answer);
   void ReportFailed(Source* source, LearnerSource& to,
                     const LearnerSourceConfig& config);
   // Wakes every source's wait to look at the clock again.
