@@ -123,6 +123,11 @@ TEST_CASE("Learner sources may change on reload; kept ones by their key") {
   CHECK(*DescribeReload(running, next) == "learner_sources +1 -1 ~0");
 
   next = running;
+  std::get<aggregator::DnsSourceConfig>(next.learner_sources[0]).port =
+      22301;  // other learners: one gone, one new
+  CHECK(*DescribeReload(running, next) == "learner_sources +1 -1 ~0");
+
+  next = running;
   std::swap(next.learner_sources[0], next.learner_sources[1]);
   CHECK(*DescribeReload(running, next) == "learner_sources reordered");
 

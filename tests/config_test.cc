@@ -1403,6 +1403,15 @@ min_learners: 40
         "learners.training.svc.cluster.local:22300 via 127.0.0.1:5353");
   CHECK(LearnerSourceTarget(config.learner_sources[2]) ==
         "http://di-server.di-system:8080 training/aggregator-0");
+  // A source is its name and port (or the orchestrator's url and pod),
+  // whatever its other settings: the same name at another port is another.
+  CHECK(LearnerSourceKey(config.learner_sources[0]) ==
+        "dns learners.training.svc.cluster.local:22300");
+  CHECK(LearnerSourceKey(config.learner_sources[2]) ==
+        "orchestrator http://di-server.di-system:8080 training/aggregator-0");
+  CHECK(Parse("learner_sources:\n  - dns: {name: a.b, port: 1}\n"
+              "  - dns: {name: a.b, port: 2}\n")
+            .learner_sources.size() == 2);
   // A nameserver without a port is at 53; IPv6 in brackets.
   CHECK(std::get<DnsSourceConfig>(
             Parse("learner_sources: [{dns: {name: a.b, port: 1, nameserver: "
@@ -1458,9 +1467,9 @@ TEST_CASE("learner_sources: each problem names its field and position",
                  "a DNS server's IP address with an optional port"));
   CHECK_THAT(
       Error("learner_sources:\n  - dns: {name: a.b, port: 1}\n"
-            "  - dns: {name: a.b, port: 2}\n"),
+            "  - dns: {name: a.b, port: 1, refresh: 1s}\n"),
       StartsWith("test.yaml:3:5: learner_sources[1]: the same source as the "
-                 "one at 2:5 (a.b:2)"));
+                 "one at 2:5 (a.b:1)"));
   CHECK(Error("learner_sources: {dns: {}}\n") ==
         "test.yaml:1:18: learner_sources: expected a list, got a map");
   CHECK_THAT(Error("learner_sources: [{orchestrator: {url: \"ftp://x\", "

@@ -149,7 +149,7 @@ struct Fixture {
     };
     // Scripts exist before their sources ask for them (std::map nodes stay).
     for (const char* key :
-         {"dns a.test", "dns b.test",
+         {"dns a.test:22300", "dns b.test:22300",
           "orchestrator http://orchestrator.test ns/aggregator"}) {
       scripts[key];
     }
@@ -177,7 +177,7 @@ TEST_CASE(
     "A source's learners keep their places across refreshes; new ones "
     "are appended") {
   Fixture f;
-  Script& script = f.script("dns a.test");
+  Script& script = f.script("dns a.test:22300");
   script.Answer(std::vector<HostPort>{L("10.0.0.2"), L("10.0.0.1")});
   f.loop->Apply({Dns("a.test")});
   REQUIRE(Eventually([&] { return f.Refreshes() == 1; }));
@@ -212,9 +212,9 @@ TEST_CASE(
     "once per episode, counted and shown") {
   testing::CaptureSink& logs = testing::CapturedLogs();
   const size_t logged_before =
-      logs.Count("learner source dns a.test: refresh failed");
+      logs.Count("learner source dns a.test:22300: refresh failed");
   Fixture f;
-  Script& script = f.script("dns a.test");
+  Script& script = f.script("dns a.test:22300");
   script.Answer(std::vector<HostPort>{L("10.0.0.1"), L("10.0.0.2")});
   f.loop->Apply({Dns("a.test")});
   REQUIRE(Eventually([&] { return f.Refreshes() == 1; }));
@@ -232,7 +232,7 @@ TEST_CASE(
   CHECK(status.errors == 4);
   CHECK(status.last_error == "unexpected exception: scripted failure");
   CHECK(f.changes == 1);
-  CHECK(logs.Count("learner source dns a.test: refresh failed") ==
+  CHECK(logs.Count("learner source dns a.test:22300: refresh failed") ==
         logged_before + 1);
 
   script.Answer(std::vector<HostPort>{L("10.0.0.2")});
@@ -241,11 +241,12 @@ TEST_CASE(
   CHECK(status.last_error.empty());
   CHECK(status.learners == std::vector<HostPort>{L("10.0.0.2")});
   CHECK(status.since_last_refresh == std::chrono::nanoseconds(0));
-  CHECK(logs.Count("learner source dns a.test: refreshes succeed again") >= 1);
+  CHECK(logs.Count(
+            "learner source dns a.test:22300: refreshes succeed again") >= 1);
   // A second episode is logged again.
   script.Answer(absl::DeadlineExceededError("no answer"));
   f.NextRefresh();
-  CHECK(logs.Count("learner source dns a.test: refresh failed") ==
+  CHECK(logs.Count("learner source dns a.test:22300: refresh failed") ==
         logged_before + 2);
 }
 
@@ -361,8 +362,8 @@ TEST_CASE(
     "Apply keeps a source of the same key with its learners, starts new "
     "ones and drops removed ones") {
   Fixture f;
-  f.script("dns a.test").Answer(std::vector<HostPort>{L("10.0.0.1")});
-  f.script("dns b.test").Answer(std::vector<HostPort>{L("10.0.1.1")});
+  f.script("dns a.test:22300").Answer(std::vector<HostPort>{L("10.0.0.1")});
+  f.script("dns b.test:22300").Answer(std::vector<HostPort>{L("10.0.1.1")});
   f.loop->Apply({Dns("a.test")});
   REQUIRE(Eventually([&] { return f.Refreshes() == 1; }));
 
@@ -385,7 +386,7 @@ TEST_CASE(
 
 TEST_CASE("Stop cuts a request in flight and joins every thread") {
   Fixture f;
-  Script& script = f.script("dns a.test");
+  Script& script = f.script("dns a.test:22300");
   {
     MutexLock lock(&script.mu);
     script.hang = true;

@@ -40,7 +40,7 @@ std::string LearnerSourceTarget(const LearnerSourceConfig& source) {
 
 std::string LearnerSourceKey(const LearnerSourceConfig& source) {
   if (const auto* dns = std::get_if<DnsSourceConfig>(&source)) {
-    return absl::StrCat("dns ", dns->name);
+    return absl::StrCat("dns ", HostPort::Tcp(dns->name, dns->port).ToString());
   }
   const auto& orchestrator = std::get<OrchestratorSourceConfig>(source);
   return absl::StrCat("orchestrator ", orchestrator.url, " ",

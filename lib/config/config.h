@@ -193,10 +193,11 @@ const char* LearnerSourceKind(const LearnerSourceConfig& source);
 // What it asks, for logs and status: "learners.ns.svc:22300" (with " via
 // 10.96.0.10:53" for a nameserver), "http://di-server:8080 ns/aggregator-0".
 std::string LearnerSourceTarget(const LearnerSourceConfig& source);
-// Which source it is, whatever its other settings: its kind and the name it
-// resolves, or the orchestrator's url, namespace and name. Two entries of one
-// configuration never share it; a reload keeps a source (and its learners)
-// whose key stays, applying its other settings in place.
+// Which source it is, whatever its other settings: "dns learners.ns:22300"
+// (the name it resolves and the learners' port: the same name at two ports is
+// two sets of learners), or "orchestrator <url> <namespace>/<name>". Two
+// entries of one configuration never share it; a reload keeps a source (and
+// its learners) whose key stays, applying its other settings in place.
 std::string LearnerSourceKey(const LearnerSourceConfig& source);
 
 // What a worker replica's restart policy does when its process exits.

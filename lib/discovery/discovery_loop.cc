@@ -97,7 +97,7 @@ struct DiscoveryLoop::Source {
   };
 
   const std::string key;
-  // For logs, whatever the settings: "learner source dns learners.test".
+  // For logs, whatever the settings: "learner source dns learners.test:22300".
   const std::string name;
   std::atomic<bool> cut_requests{false};  // RequestLimits::stop
   std::thread thread;
