@@ -366,6 +366,7 @@ TEST_CASE(
   f.script("dns b.test:22300").Answer(std::vector<HostPort>{L("10.0.1.1")});
   f.loop->Apply({Dns("a.test")});
   REQUIRE(Eventually([&] { return f.Refreshes() == 1; }));
+  const uint64_t a_instance = f.loop->Status()[0].instance;
 
   // a.test with another refresh is the same source; b.test is new.
   f.loop->Apply({Dns("b.test"), Dns("a.test", seconds(5))});
@@ -374,6 +375,9 @@ TEST_CASE(
   CHECK(f.loop->Members() ==
         std::vector<std::vector<HostPort>>{{L("10.0.1.1")}, {L("10.0.0.1")}});
   CHECK(f.loop->Status()[1].target == "a.test:22300");
+  CHECK(f.loop->Status()[1].key == "dns a.test:22300");
+  CHECK(f.loop->Status()[1].instance == a_instance);
+  CHECK(f.loop->Status()[0].instance != a_instance);
   // Its new refresh (5 s) applies from its last refresh on.
   f.NextRefresh(0);
   CHECK(f.Refreshes(1) == 1);
@@ -382,6 +386,10 @@ TEST_CASE(
   CHECK(f.loop->Members() ==
         std::vector<std::vector<HostPort>>{{L("10.0.1.1")}});
   CHECK(f.changes == changes + 1);
+  // Added again: another instance.
+  f.loop->Apply({Dns("b.test"), Dns("a.test")});
+  CHECK(f.loop->Status()[1].instance > a_instance);
+  CHECK(f.loop->Status()[1].instance != f.loop->Status()[0].instance);
 }
 
 TEST_CASE("Stop cuts a request in flight and joins every thread") {

@@ -85,9 +85,10 @@ std::vector<HostPort> StableMerge(const std::vector<HostPort>& previous,
 }
 
 struct DiscoveryLoop::Source {
-  explicit Source(LearnerSourceConfig config_in)
+  Source(LearnerSourceConfig config_in, uint64_t instance_in)
       : key(LearnerSourceKey(config_in)),
         name(absl::StrCat("learner source ", key)),
+        instance(instance_in),
         config(std::move(config_in)) {}
 
   // A learner of the source the pool has had failed since `since`.
@@ -99,6 +100,7 @@ struct DiscoveryLoop::Source {
   const std::string key;
   // For logs, whatever the settings: "learner source dns learners.test:22300".
   const std::string name;
+  const uint64_t instance;
   std::atomic<bool> cut_requests{false};  // RequestLimits::stop
   std::thread thread;
 
@@ -173,7 +175,7 @@ void DiscoveryLoop::Apply(const std::vector<LearnerSourceConfig>& configs) {
         next.push_back(std::move(*same));
         continue;
       }
-      auto source = std::make_unique<Source>(config);
+      auto source = std::make_unique<Source>(config, ++instances_);
       spdlog::info("{}: started (refresh every {}ms)", source->name,
                    RefreshOf(config).count());
       Source* raw = source.get();
@@ -237,7 +239,9 @@ std::vector<SourceSnapshot> DiscoveryLoop::Status() const {
     MutexLock source_lock(&source->mu);
     SourceSnapshot& out = status.emplace_back();
     out.kind = LearnerSourceKind(source->config);
+    out.key = source->key;
     out.target = LearnerSourceTarget(source->config);
+    out.instance = source->instance;
     out.learners = source->learners;
     if (source->last_refresh) {
       out.since_last_refresh = now - *source->last_refresh;

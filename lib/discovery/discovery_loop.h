@@ -51,7 +51,11 @@ namespace aggregator {
 // One source as status and metrics see it.
 struct SourceSnapshot {
   std::string kind;    // "dns", "orchestrator"
+  std::string key;     // LearnerSourceKey
   std::string target;  // LearnerSourceTarget
+  // Which run of the source, unique in the loop: one removed and added again
+  // is another, its counts from 0.
+  uint64_t instance = 0;
   std::vector<HostPort> learners;
   // Since the end of its last successful refresh; nullopt: none yet.
   std::optional<Clock::Duration> since_last_refresh;
@@ -127,6 +131,7 @@ class DiscoveryLoop {
 
   mutable Mutex mu_;  // before any Source::mu
   std::vector<std::unique_ptr<Source>> sources_ ABSL_GUARDED_BY(mu_);
+  uint64_t instances_ ABSL_GUARDED_BY(mu_) = 0;  // started so far
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -227,15 +227,39 @@ void AggregatorMetrics::SetWorkerRestarts(const std::string& worker, int index,
           restarts);
 }
 
-void AggregatorMetrics::SetSource(const std::string& kind,
-                                  const std::string& target,
-                                  const SourceFigures& figures) {
-  const std::map<std::string, std::string> labels = {{"kind", kind},
-                                                     {"target", target}};
-  CountTo(source_refreshes_.Add(labels), figures.refreshes);
-  CountTo(source_errors_.Add(labels), figures.errors);
-  CountTo(source_reports_.Add(labels), figures.reported_failed);
-  source_learners_.Add(labels).Set(figures.learners);
+void AggregatorMetrics::SetSources(const std::vector<SourceFigures>& sources) {
+  auto labels = [](const SourceFigures& source) {
+    return std::map<std::string, std::string>{{"kind", source.kind},
+                                              {"source", source.key}};
+  };
+  auto remove = [&](const SourceFigures& source) {
+    const auto series = labels(source);
+    for (auto* family :
+         {&source_refreshes_, &source_errors_, &source_reports_}) {
+      if (family->Has(series)) family->Remove(&family->Add(series));
+    }
+    if (source_learners_.Has(series)) {
+      source_learners_.Remove(&source_learners_.Add(series));
+    }
+  };
+  MutexLock lock(&sources_mu_);
+  std::map<std::string, SourceFigures> next;
+  for (const SourceFigures& source : sources) {
+    auto known = sources_.find(source.key);
+    if (known != sources_.end() && known->second.instance != source.instance) {
+      remove(known->second);  // removed and added again: counts from 0
+    }
+    next[source.key] = source;
+    const auto series = labels(source);
+    CountTo(source_refreshes_.Add(series), source.refreshes);
+    CountTo(source_errors_.Add(series), source.errors);
+    CountTo(source_reports_.Add(series), source.reported_failed);
+    source_learners_.Add(series).Set(source.learners);
+  }
+  for (const auto& [key, source] : sources_) {
+    if (next.count(key) == 0) remove(source);
+  }
+  sources_ = std::move(next);
 }
 
 }  // namespace aggregator

@@ -8,11 +8,13 @@
 //   aggregator_learners{state}                 learners by state
 //   aggregator_worker_restarts_total{worker,index}
 //   aggregator_reloads_total{result}           ok | failed
-//   aggregator_source_refreshes_total{kind,target}   learner_sources refreshes
-//   aggregator_source_errors_total{kind,target}      ... that failed
-//   aggregator_source_learners{kind,target}          learners it lists
-//   aggregator_source_failed_reports_total{kind,target}  learners reported
+//   aggregator_source_refreshes_total{kind,source}   learner_sources refreshes
+//   aggregator_source_errors_total{kind,source}      ... that failed
+//   aggregator_source_learners{kind,source}          learners it lists
+//   aggregator_source_failed_reports_total{kind,source}  learners reported
 //                                                        failed to it
+//     (`source`: LearnerSourceKey, which its settings' changes keep; a
+//     source's series go with it)
 //   aggregator_build_info{version}             always 1
 //
 // Thread-safety: every method may be called from any thread; collectors run on
@@ -28,10 +30,13 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "lib/base/mutex.h"
@@ -40,6 +45,10 @@ namespace aggregator {
 
 // A learner source's figures so far (lib/discovery/discovery_loop.h).
 struct SourceFigures {
+  std::string kind;  // "dns", "orchestrator"
+  std::string key;   // LearnerSourceKey
+  // Which run of the source: one removed and added again counts from 0.
+  uint64_t instance = 0;
   double refreshes = 0;
   double errors = 0;
   double learners = 0;
@@ -71,10 +80,10 @@ class AggregatorMetrics {
   void SetStraggler(const std::string& learner, bool flagged);
   // The membership generation (lib/service/membership.h).
   void SetMembershipGeneration(double generation);
-  // A learner source's figures (counters move by what happened since the
-  // last scrape).
-  void SetSource(const std::string& kind, const std::string& target,
-                 const SourceFigures& figures);
+  // The figures of the learner sources there are (counters move by what
+  // happened since the last scrape). The series of a source not among them
+  // are removed, and a source's new instance starts its counters again.
+  void SetSources(const std::vector<SourceFigures>& sources);
   // LearnStream bytes held, now and at most since the start.
   void SetStreamBuffered(double now, double peak);
 
@@ -109,6 +118,9 @@ class AggregatorMetrics {
   Mutex mu_;
   // By "served/rpc/code", "learner/id/rpc/code" or "forwarded/id".
   std::unordered_map<std::string, Handles> handles_ ABSL_GUARDED_BY(mu_);
+  Mutex sources_mu_;
+  // The sources with series, by key.
+  std::map<std::string, SourceFigures> sources_ ABSL_GUARDED_BY(sources_mu_);
 };
 
 }  // namespace aggregator

@@ -431,14 +431,15 @@ void AggregatorServer::CollectMetrics() {
   }
   metrics_.SetMembershipGeneration(
       static_cast<double>(learner_service_->membership_generation()));
+  std::vector<SourceFigures> sources;
   for (const SourceSnapshot& source : discovery_->Status()) {
-    metrics_.SetSource(
-        source.kind, source.target,
-        SourceFigures{static_cast<double>(source.refreshes),
-                      static_cast<double>(source.errors),
-                      static_cast<double>(source.learners.size()),
-                      static_cast<double>(source.reported)});
+    sources.push_back(SourceFigures{source.kind, source.key, source.instance,
+                                    static_cast<double>(source.refreshes),
+                                    static_cast<double>(source.errors),
+                                    static_cast<double>(source.learners.size()),
+                                    static_cast<double>(source.reported)});
   }
+  metrics_.SetSources(sources);
   const LearnerService::Buffered buffered = learner_service_->StreamBuffered();
   metrics_.SetStreamBuffered(static_cast<double>(buffered.now),
                              static_cast<double>(buffered.peak));
