@@ -183,7 +183,8 @@ TEST_CASE(
   REQUIRE(Eventually([&] { return f.Refreshes() == 1; }));
   CHECK(f.loop->Members() ==
         std::vector<std::vector<HostPort>>{{L("10.0.0.2"), L("10.0.0.1")}});
-  CHECK(f.changes == 1);
+  // on_change runs after the refresh is counted, outside the lock.
+  CHECK(Eventually([&] { return f.changes == 1; }));
 
   script.Answer(
       std::vector<HostPort>{L("10.0.0.3"), L("10.0.0.1"), L("10.0.0.2")});
@@ -194,17 +195,22 @@ TEST_CASE(
   f.NextRefresh();
   CHECK(f.loop->Members()[0] ==
         std::vector<HostPort>{L("10.0.0.1"), L("10.0.0.4")});
-  CHECK(f.changes == 3);
-  // The same answer again changes nothing.
+  CHECK(Eventually([&] { return f.changes == 3; }));
+  // The same answer again changes nothing: once the second such refresh is
+  // counted, the first has run its course, on_change included.
+  f.NextRefresh();
   f.NextRefresh();
   CHECK(f.changes == 3);
 
-  // A refresh is due `refresh` after the last one began, not earlier.
+  // A refresh is due `refresh` after the last one began, not earlier: one
+  // that ran at 999 ms would have ended 1 ms before the clock's time now, and
+  // the next would be due a second later.
   const int64_t before = f.Refreshes();
   f.clock.Advance(milliseconds(999));
-  std::this_thread::sleep_for(milliseconds(50));  // to see that nothing runs
-  CHECK(f.Refreshes() == before);
   f.NextRefresh(0, milliseconds(1));
+  const SourceSnapshot status = f.loop->Status()[0];
+  CHECK(status.refreshes == before + 1);
+  CHECK(status.since_last_refresh == std::chrono::nanoseconds(0));
 }
 
 TEST_CASE(
@@ -366,11 +372,13 @@ TEST_CASE(
   f.script("dns b.test:22300").Answer(std::vector<HostPort>{L("10.0.1.1")});
   f.loop->Apply({Dns("a.test")});
   REQUIRE(Eventually([&] { return f.Refreshes() == 1; }));
+  REQUIRE(Eventually([&] { return f.changes == 1; }));
   const uint64_t a_instance = f.loop->Status()[0].instance;
 
   // a.test with another refresh is the same source; b.test is new.
   f.loop->Apply({Dns("b.test"), Dns("a.test", seconds(5))});
   REQUIRE(Eventually([&] { return f.Refreshes(0) == 1; }));
+  REQUIRE(Eventually([&] { return f.changes == 2; }));
   CHECK(f.Refreshes(1) == 1);  // kept: not asked again yet
   CHECK(f.loop->Members() ==
         std::vector<std::vector<HostPort>>{{L("10.0.1.1")}, {L("10.0.0.1")}});
