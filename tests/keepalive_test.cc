@@ -19,10 +19,12 @@ namespace {
 
 constexpr milliseconds kKeepaliveTime(1000);
 constexpr milliseconds kKeepaliveTimeout(1000);
-// The documented bound (README, "Keepalive"): keepalive.time + .timeout, plus
-// the ping's round trip; 2 s of slack for a loaded, sanitized machine.
+// The documented bound (README, "Keepalive"): keepalive.time + .timeout, give
+// or take gRPC's timers. What must show is that the pings notice the hang well
+// before call_timeout (60 s): 8 s of slack for a loaded 2-core machine under
+// TSan; the measured time is printed.
 constexpr milliseconds kBound = kKeepaliveTime + kKeepaliveTimeout;
-constexpr milliseconds kSlack(2000);
+constexpr milliseconds kSlack(8000);
 
 AggregatorConfig KeepaliveConfig(const std::string& address) {
   AggregatorConfig config = FastConfig({Endpoint("hung", address)}, 1);
