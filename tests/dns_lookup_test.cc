@@ -4,11 +4,9 @@
 #include "lib/discovery/dns_lookup.h"
 
 #include <algorithm>
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include "tests/dnsmasq.h"
 
@@ -19,9 +17,8 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-RequestLimits Within(milliseconds timeout,
-                     const std::atomic<bool>* stop = nullptr) {
-  return RequestLimits{Clock::now() + timeout, stop};
+RequestLimits Within(milliseconds timeout) {
+  return RequestLimits{Clock::now() + timeout};
 }
 
 double Seconds(Clock::duration d) {
@@ -71,18 +68,10 @@ TEST_CASE(
             silent.address().ToString() + " within 600ms");
   CHECK(took < 2.0);
 
-  silent.Drain();
-  std::atomic<bool> stop{false};
-  Clock::time_point stop_at{};
-  std::thread stopper([&] {
-    CHECK(silent.WaitForQuery(kLongWait));
-    stop_at = Clock::now();
-    stop = true;
-  });
-  auto stopped = ResolveHost("orchestrator.test", Within(seconds(30), &stop),
-                             silent.address());
-  const double after_stop = Seconds(Clock::now() - stop_at);
-  stopper.join();
+  auto [stopped, after_stop] =
+      silent.StopAtQuery([&](const RequestLimits& limits) {
+        return ResolveHost("orchestrator.test", limits, silent.address());
+      });
   CHECK(stopped.status().code() == absl::StatusCode::kCancelled);
   CHECK(after_stop < 1.0);
   std::printf(

@@ -31,9 +31,8 @@ DnsSourceConfig Source(const std::string& name, int port, const Dnsmasq& dns) {
   return config;
 }
 
-RequestLimits Within(milliseconds timeout,
-                     const std::atomic<bool>* stop = nullptr) {
-  return RequestLimits{Clock::now() + timeout, stop};
+RequestLimits Within(milliseconds timeout) {
+  return RequestLimits{Clock::now() + timeout};
 }
 
 std::vector<std::string> Strings(const std::vector<HostPort>& addresses) {
@@ -120,19 +119,12 @@ TEST_CASE(
   CHECK_THAT(std::string(timed_out.status().message()),
              Catch::Contains("no answer from DNS server " +
                              hanging.nameserver->ToString()));
-  silent.Drain();
-  std::atomic<bool> stop{false};
-  Clock::time_point stop_at{};
-  std::thread stopper([&] {
-    CHECK(silent.WaitForQuery(kLongWait));
-    stop_at = Clock::now();
-    stop = true;
-  });
-  auto stopped = DnsSource(hanging).Fetch(Within(seconds(30), &stop));
-  const auto returned = Clock::now();
-  stopper.join();
+  auto [stopped, after_stop] =
+      silent.StopAtQuery([&](const RequestLimits& limits) {
+        return DnsSource(hanging).Fetch(limits);
+      });
   CHECK(stopped.status().code() == absl::StatusCode::kCancelled);
-  CHECK(Seconds(returned - stop_at) < 1.0);
+  CHECK(after_stop < 1.0);
 }
 
 // Example learners on one port at 127.0.0.11 .. 127.0.0.14.

@@ -10,13 +10,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "lib/base/host_port.h"
+#include "lib/discovery/learner_source.h"
 #include "tests/process_helpers.h"
 
 namespace aggregator::testing {
@@ -132,6 +137,31 @@ class SilentDnsServer {
     if (poll(&ready, 1, static_cast<int>(timeout.count())) != 1) return false;
     char query[512];
     return recv(fd_, query, sizeof(query), 0) >= 0;
+  }
+
+  // Runs `lookup(limits)` (a deadline 30 s away) with a stop set as soon as
+  // this server gets one of its queries; returns the result and the seconds
+  // from the stop to the lookup's return.
+  template <typename Lookup>
+  auto StopAtQuery(Lookup lookup) {
+    using Clock = std::chrono::steady_clock;
+    Drain();  // an earlier lookup's
+    std::atomic<bool> stop{false};
+    bool queried = false;
+    Clock::time_point stop_at{};
+    std::thread stopper([&] {
+      queried = WaitForQuery(kLongWait);
+      stop_at = Clock::now();
+      stop = true;
+    });
+    auto result =
+        lookup(RequestLimits{Clock::now() + std::chrono::seconds(30), &stop});
+    const Clock::time_point returned = Clock::now();
+    stopper.join();
+    CHECK(queried);
+    return std::make_pair(
+        std::move(result),
+        std::chrono::duration<double>(returned - stop_at).count());
   }
 
  private:
