@@ -4,7 +4,6 @@
 // not JSON, "success": false, a reply that never comes.
 #include <httplib.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 

@@ -101,25 +101,23 @@ class SocketCutter {
   std::string unguarded_ ABSL_GUARDED_BY(mu_);
 };
 
-// Runs on a thread of its own while a call is in flight: cuts it when
-// limits.stop is set or the deadline passes, then again every kGuardPoll
-// until Finish().
+// Runs on a thread of its own while it exists (a call is in flight): cuts
+// the call when limits.stop is set or the deadline passes, then again every
+// kGuardPoll.
 class CallGuard {
  public:
   CallGuard(SocketCutter* cutter, const RequestLimits& limits)
       : cutter_(cutter), limits_(limits), thread_([this] { Run(); }) {}
-  ~CallGuard() { Finish(); }
-  CallGuard(const CallGuard&) = delete;
-  CallGuard& operator=(const CallGuard&) = delete;
-
-  void Finish() {
+  ~CallGuard() {
     {
       MutexLock lock(&mu_);
       done_ = true;
       finished_.Signal();
     }
-    if (thread_.joinable()) thread_.join();
+    thread_.join();
   }
+  CallGuard(const CallGuard&) = delete;
+  CallGuard& operator=(const CallGuard&) = delete;
 
  private:
   void Run() {
