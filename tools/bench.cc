@@ -37,6 +37,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/process/subprocess.h"
 #include "proto/learner.grpc.pb.h"
+#include "proto/learner_names.h"
 #include "tools/bench_processes.h"
 #include "tools/bench_report.h"
 #include "tools/synthetic_batch.h"
@@ -49,10 +50,6 @@ namespace pb = aggregator::v1;
 using Clock = BenchClock;
 using Milliseconds = std::chrono::duration<double, std::milli>;
 
-constexpr char kLearnMethod[] = "/aggregator.v1.Learner/Learn";
-constexpr char kLearnStreamMethod[] = "/aggregator.v1.Learner/LearnStream";
-// Asks the daemon for its timestamps of a call (lib/service/call_timing.h).
-constexpr char kTimingKey[] = "x-aggregator-timing";
 constexpr double kMiB = 1024.0 * 1024.0;
 
 // Deadlines: generous, because other builds may share the 2 cores.

@@ -1,12 +1,8 @@
 #include "tools/learn_client.h"
 
+#include "proto/learner_names.h"
+
 namespace aggregator {
-namespace {
-
-// Every aggregator's replies carry it (lib/learners/call_path.h).
-constexpr char kAggregatorIdKey[] = "x-aggregator-id";
-
-}  // namespace
 
 namespace pb = aggregator::v1;
 

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "proto/learner_names.h"
+
 namespace aggregator {
 
-inline constexpr char kCallPathKey[] = "x-aggregator-path";
-inline constexpr char kAggregatorIdKey[] = "x-aggregator-id";
 // Aggregators a call may pass through, the coordinator's own excluded.
 inline constexpr size_t kMaxTreeDepth = 16;
 

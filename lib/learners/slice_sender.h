@@ -36,12 +36,9 @@
 #include "absl/base/thread_annotations.h"
 #include "lib/base/mutex.h"
 #include "lib/learners/fan_out.h"
+#include "proto/learner_names.h"
 
 namespace aggregator {
-
-inline constexpr char kLearnMethod[] = "/aggregator.v1.Learner/Learn";
-inline constexpr char kLearnStreamMethod[] =
-    "/aggregator.v1.Learner/LearnStream";
 
 class SliceSender final
     : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {

@@ -22,10 +22,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/learners/fan_out.h"
+#include "proto/learner_names.h"
 
 namespace aggregator {
-
-inline constexpr char kTimingKey[] = "x-aggregator-timing";
 
 // Whether the caller of `context` asked for the timing.
 inline bool TimingWanted(const grpc::ServerContextBase& context) {
