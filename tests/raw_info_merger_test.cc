@@ -174,3 +174,63 @@ TEST_CASE("Random clean infos merge the same both ways") {
     CheckSame(infos, counts);
   }
 }
+
+namespace {
+
+// A length-delimited field of `number` holding `body` (bodies here are short).
+std::string Delimited(int number, const std::string& body) {
+  REQUIRE(body.size() < 128);
+  return std::string(1, static_cast<char>(number << 3 | 2)) +
+         static_cast<char>(body.size()) + body;
+}
+
+// A LearnReply whose info is {"a": [<value>]}, `value` a Value's raw bytes.
+std::string ReplyWithListEntry(const std::string& value) {
+  const std::string list = Delimited(1, value);
+  const std::string entry =
+      Delimited(1, "a") + Delimited(2, Delimited(6, list));
+  return Delimited(1, Delimited(1, entry));
+}
+
+}  // namespace
+
+TEST_CASE("The raw merger merges only what protobuf parses") {
+  // bool_value true with a tag of 5 bytes (overlong, which protobuf accepts)
+  // and of 6 (which it refuses).
+  const std::string five("\xa0\x80\x80\x80\x00\x01", 6);
+  const std::string six("\xa0\x80\x80\x80\x80\x00\x01", 7);
+  pb::LearnReply parsed;
+  REQUIRE(parsed.ParseFromString(ReplyWithListEntry(five)));
+  CHECK(parsed.info().fields().at("a").list_value().values(0).bool_value());
+  const auto raw = Raw({ReplyWithListEntry(five)}, {0});
+  REQUIRE(raw.has_value());
+  pb::LearnReply merged;
+  REQUIRE(merged.ParseFromString(raw->reply));
+  CHECK(MessageDifferencer::Equals(merged.info(), parsed.info()));
+
+  CHECK_FALSE(parsed.ParseFromString(ReplyWithListEntry(six)));
+  CHECK_FALSE(Raw({ReplyWithListEntry(six)}, {0}).has_value());
+  // The same for a key's length of 6 bytes.
+  const std::string long_key =
+      std::string("\x0a\x81\x80\x80\x80\x80\x00", 7) + "k" + Delimited(2, "");
+  const std::string reply = Delimited(1, Delimited(1, long_key));
+  CHECK_FALSE(parsed.ParseFromString(reply));
+  CHECK_FALSE(Raw({reply}, {0}).has_value());
+}
+
+TEST_CASE("The raw merger declines a key that is not UTF-8") {
+  // {"\xff": [true]}: protobuf refuses the key, so the raw merger must too.
+  const std::string list = Delimited(1, std::string("\x20\x01", 2));
+  const std::string entry =
+      Delimited(1, "\xff") + Delimited(2, Delimited(6, list));
+  const std::string reply = Delimited(1, Delimited(1, entry));
+  pb::LearnReply parsed;
+  CHECK_FALSE(parsed.ParseFromString(reply));
+  CHECK_FALSE(Raw({reply}, {0}).has_value());
+  // The same reply with a valid key merges.
+  const std::string good_entry =
+      Delimited(1, "k") + Delimited(2, Delimited(6, list));
+  const std::string good = Delimited(1, Delimited(1, good_entry));
+  REQUIRE(parsed.ParseFromString(good));
+  CHECK(Raw({good}, {0}).has_value());
+}

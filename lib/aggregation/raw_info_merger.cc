@@ -1,5 +1,7 @@
 #include "lib/aggregation/raw_info_merger.h"
 
+#include <google/protobuf/stubs/common.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,14 +11,14 @@
 #include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "lib/aggregation/info_merger.h"
+#include "lib/aggregation/wire_reader.h"
 
 namespace aggregator {
 namespace {
 
-// Wire types.
-constexpr int kVarint = 0;
-constexpr int kFixed64 = 1;
-constexpr int kLengthDelimited = 2;
+constexpr int kVarint = WireReader::kVarint;
+constexpr int kFixed64 = WireReader::kFixed64;
+constexpr int kLengthDelimited = WireReader::kLengthDelimited;
 
 // google.protobuf.Value's fields (its oneof `kind`).
 constexpr uint32_t kNullValue = 1;
@@ -34,107 +36,31 @@ struct Field {
   absl::string_view body;  // length-delimited and fixed64 fields
 };
 
-// Reads a message's fields in order; only the wire types the Struct family,
-// LearnReply and their strings use.
-class WireReader {
+// A message's fields in order, within protobuf's limits (wire_reader.h).
+class FieldReader {
  public:
-  explicit WireReader(absl::string_view bytes) : rest_(bytes) {}
-  bool done() const { return rest_.empty(); }
+  explicit FieldReader(absl::string_view bytes) : reader_(bytes) {}
+  bool done() const { return reader_.done(); }
 
-  // False when malformed or of another wire type. Inlined: it runs for
-  // every list entry.
+  // False when malformed. Inlined: it runs for every list entry.
   ABSL_ATTRIBUTE_ALWAYS_INLINE bool Next(Field* field) {
-    uint64_t tag = 0;
-    if (!Varint(&tag) || (tag >> 3) == 0 || (tag >> 3) > UINT32_MAX) {
-      return false;
-    }
-    field->number = static_cast<uint32_t>(tag >> 3);
-    field->type = static_cast<int>(tag & 7);
-    uint64_t value = 0;
-    switch (field->type) {
-      case kVarint:
-        return Varint(&value);
-      case kFixed64:
-        return Take(8, &field->body);
-      case kLengthDelimited:
-        return Varint(&value) && Take(value, &field->body);
-      default:
-        return false;
-    }
-  }
-
- private:
-  ABSL_ATTRIBUTE_ALWAYS_INLINE bool Varint(uint64_t* value) {
-    // Tags and lengths are mostly one byte.
-    if (!rest_.empty() && static_cast<uint8_t>(rest_.front()) < 0x80) {
-      *value = static_cast<uint8_t>(rest_.front());
-      rest_.remove_prefix(1);
-      return true;
-    }
-    *value = 0;
-    for (int shift = 0; shift < 64 && !rest_.empty(); shift += 7) {
-      const uint8_t byte = static_cast<uint8_t>(rest_.front());
-      rest_.remove_prefix(1);
-      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) return true;
-    }
-    return false;
-  }
-  ABSL_ATTRIBUTE_ALWAYS_INLINE bool Take(uint64_t size,
-                                         absl::string_view* out) {
-    if (size > rest_.size()) return false;
-    *out = rest_.substr(0, size);
-    rest_.remove_prefix(size);
+    WireReader::Field read;
+    if (!reader_.Next(&read)) return false;
+    field->number = read.number;
+    field->type = read.type;
+    field->body = reader_.Body(read);
     return true;
   }
 
-  absl::string_view rest_;
+ private:
+  WireReader reader_;
 };
 
-// Well-formed UTF-8 (RFC 3629), as protobuf requires of proto3 strings: a
-// reply that breaks it must fail as InfoMerger's parse fails.
+// Well-formed UTF-8, as protobuf requires of proto3 strings (with its own
+// check): a reply that breaks it must fail as InfoMerger's parse fails.
 bool ValidUtf8(absl::string_view text) {
-  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
-  const auto* end = p + text.size();
-  while (p < end) {
-    // ASCII, eight bytes at a time.
-    uint64_t word;
-    if (end - p >= 8 &&
-        (std::memcpy(&word, p, 8), (word & 0x8080808080808080ULL) == 0)) {
-      p += 8;
-      continue;
-    }
-    const uint8_t c = *p;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    int more = 0;
-    uint32_t code = 0;
-    if (c >= 0xc2 && c <= 0xdf) {
-      more = 1;
-      code = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      more = 2;
-      code = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      more = 3;
-      code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (end - p <= more) return false;
-    for (int i = 1; i <= more; ++i) {
-      if ((p[i] & 0xc0) != 0x80) return false;
-      code = code << 6 | (p[i] & 0x3f);
-    }
-    if ((more == 2 && (code < 0x800 || (code >= 0xd800 && code <= 0xdfff))) ||
-        (more == 3 && (code < 0x10000 || code > 0x10ffff))) {
-      return false;
-    }
-    p += more + 1;
-  }
-  return true;
+  return google::protobuf::internal::IsStructurallyValidUTF8(
+      text.data(), static_cast<int>(text.size()));
 }
 
 enum class Shape { kNull, kScalar, kList, kMap };
@@ -150,7 +76,7 @@ struct RawValue {
 // Reads a Value's one kind; false for more than one, or anything else.
 bool ReadValue(absl::string_view bytes, RawValue* value) {
   value->bytes = bytes;
-  WireReader reader(bytes);
+  FieldReader reader(bytes);
   Field field;
   int kinds = 0;
   while (!reader.done()) {
@@ -199,14 +125,14 @@ using RawMap = std::vector<std::pair<absl::string_view, RawValue>>;
 // not UTF-8, a field given twice, another field).
 template <typename Visit>
 bool ForEachEntry(absl::string_view body, const Visit& visit) {
-  WireReader entries(body);
+  FieldReader entries(body);
   Field entry;
   while (!entries.done()) {
     if (!entries.Next(&entry) || entry.number != 1 ||
         entry.type != kLengthDelimited) {
       return false;
     }
-    WireReader fields(entry.body);
+    FieldReader fields(entry.body);
     Field field;
     bool seen[3] = {false, false, false};
     absl::string_view parts[3];
@@ -248,7 +174,7 @@ bool PlainMap(absl::string_view body, int depth);
 // maps or lists deep: what a merge copies must parse as InfoMerger's would
 // (ReadValue's checks, without building anything).
 bool PlainValue(absl::string_view bytes, int depth) {
-  WireReader reader(bytes);
+  FieldReader reader(bytes);
   Field field;
   int kinds = 0;
   while (!reader.done()) {
@@ -274,7 +200,7 @@ bool PlainValue(absl::string_view bytes, int depth) {
         break;
       case kListValue: {
         if (field.type != kLengthDelimited || depth <= 1) return false;
-        WireReader entries(field.body);
+        FieldReader entries(field.body);
         Field entry;
         while (!entries.done()) {
           if (!entries.Next(&entry) || entry.number != 1 ||
@@ -303,7 +229,7 @@ bool PlainMap(absl::string_view body, int depth) {
 
 // The entries of a ListValue's body (which Plain checked).
 size_t ListSize(absl::string_view body) {
-  WireReader entries(body);
+  FieldReader entries(body);
   Field field;
   size_t count = 0;
   while (!entries.done() && entries.Next(&field)) ++count;
@@ -459,7 +385,7 @@ struct RawReply {
 };
 
 bool ReadReply(absl::string_view bytes, RawReply* reply) {
-  WireReader reader(bytes);
+  FieldReader reader(bytes);
   Field field;
   bool seen[4] = {false, false, false, false};
   while (!reader.done()) {

@@ -6,12 +6,16 @@
 // the aggregator spent on a small Learn (tools/BENCH.md).
 //
 // It merges only what InfoMerger would merge without a word: no warning, no
-// error, nothing it does not read as plain protobuf (canonical fields, no
-// unknown ones, no key twice in a map it merges, at most kMaxDepth deep). For
+// error, nothing it does not read as plain protobuf (the fields it expects,
+// each once and of its wire type, within protobuf's own limits on tags and
+// lengths (lib/aggregation/wire_reader.h), strings that pass protobuf's UTF-8
+// check, no unknown fields, no key twice in a map it merges, at most
+// kMaxDepth deep). So it merges only replies that protobuf parses. For
 // anything else Merge answers nullopt, and the caller merges with InfoMerger,
-// whose warnings and errors then say what is wrong. Where it merges, the result
-// parses to what InfoMerger's would be (tests/raw_info_merger_test.cc and
-// the raw_info_merger fuzzer check it).
+// whose parse, warnings and errors then say what is wrong. Where it merges,
+// the result parses to what InfoMerger's would be
+// (tests/raw_info_merger_test.cc and the info_merger fuzzer, which also feeds
+// it non-canonical and broken bytes, check both).
 //
 // Thread-safety: immutable after construction; Merge may be called
 // concurrently.

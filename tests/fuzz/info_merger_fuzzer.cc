@@ -13,7 +13,12 @@
 // first (equal to the list it sent), then learner 1's, ... And the raw merger
 // (lib/aggregation/raw_info_merger), given the same infos as serialized
 // LearnReplies, either declines or merges to what InfoMerger merges, where
-// InfoMerger has no warning.
+// InfoMerger has no warning. The replies' bytes are not always protobuf's own
+// serialization: some are written by hand with overlong tags and lengths
+// (some past protobuf's limits), unknown or repeated fields, and some have
+// bytes changed, inserted, removed or cut off. The raw merger may merge only
+// replies that LearnReply::ParseFromString parses, and then to what
+// InfoMerger merges from what they parse to.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -22,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -154,6 +160,139 @@ class TreeBuilder {
   int budget_ = 0;
 };
 
+// Writes LearnReplies as protobuf would, except where the input says: a tag
+// or length padded with overlong bytes (now and then past protobuf's 5-byte
+// limit), an unknown field, a field given twice.
+class NoncanonicalWriter {
+ public:
+  explicit NoncanonicalWriter(FuzzedDataProvider& input) : input_(input) {}
+
+  std::string Reply(const Struct& info, const std::string& task_id) {
+    std::string out;
+    Delimited(1, StructBody(info), &out);
+    if (!task_id.empty()) Delimited(2, task_id, &out);
+    Extra(&out);
+    return out;
+  }
+
+ private:
+  void Varint(uint64_t value, std::string* out) {
+    int pad = 0;
+    switch (input_.ConsumeIntegralInRange(0, 15)) {
+      case 0:
+        pad = 1;
+        break;
+      case 1:
+        pad = input_.ConsumeIntegralInRange(2, 6);
+        break;
+      default:
+        break;
+    }
+    do {
+      uint8_t byte = value & 0x7f;
+      value >>= 7;
+      if (value != 0 || pad > 0) byte |= 0x80;
+      out->push_back(static_cast<char>(byte));
+    } while (value != 0);
+    for (int i = 1; i <= pad; ++i) out->push_back(i < pad ? '\x80' : '\0');
+  }
+  void Tag(uint32_t number, int type, std::string* out) {
+    Varint(number << 3 | type, out);
+  }
+  void Delimited(uint32_t number, const std::string& body, std::string* out) {
+    Tag(number, 2, out);
+    Varint(body.size(), out);
+    out->append(body);
+  }
+  // Now and then an unknown field, or the last field again.
+  void Extra(std::string* out) {
+    switch (input_.ConsumeIntegralInRange(0, 31)) {
+      case 0:
+        Tag(15, 0, out);
+        Varint(1, out);
+        break;
+      case 1:
+        out->append(*out);
+        break;
+      default:
+        break;
+    }
+  }
+  std::string StructBody(const Struct& map) {
+    std::string body;
+    for (const auto& [key, value] : map.fields()) {
+      std::string entry;
+      Delimited(1, key, &entry);
+      Delimited(2, ValueBytes(value), &entry);
+      Delimited(1, entry, &body);
+    }
+    Extra(&body);
+    return body;
+  }
+  std::string ValueBytes(const Value& value) {
+    std::string out;
+    switch (value.kind_case()) {
+      case Value::kNullValue:
+        Tag(1, 0, &out);
+        Varint(value.null_value(), &out);
+        break;
+      case Value::kNumberValue: {
+        Tag(2, 1, &out);
+        const double number = value.number_value();
+        char bytes[sizeof(number)];
+        std::memcpy(bytes, &number, sizeof(number));
+        out.append(bytes, sizeof(bytes));
+        break;
+      }
+      case Value::kStringValue:
+        Delimited(3, value.string_value(), &out);
+        break;
+      case Value::kBoolValue:
+        Tag(4, 0, &out);
+        Varint(value.bool_value() ? 1 : 0, &out);
+        break;
+      case Value::kStructValue:
+        Delimited(5, StructBody(value.struct_value()), &out);
+        break;
+      case Value::kListValue: {
+        std::string list;
+        for (const Value& entry : value.list_value().values()) {
+          Delimited(1, ValueBytes(entry), &list);
+        }
+        Delimited(6, list, &out);
+        break;
+      }
+      default:
+        break;
+    }
+    Extra(&out);
+    return out;
+  }
+
+  FuzzedDataProvider& input_;
+};
+
+// A few bytes of `bytes` changed, inserted, removed, or the rest cut off.
+void Mutate(FuzzedDataProvider& input, std::string* bytes) {
+  for (int n = input.ConsumeIntegralInRange(1, 3); n > 0; --n) {
+    const size_t at = input.ConsumeIntegralInRange<size_t>(0, bytes->size());
+    switch (input.ConsumeIntegralInRange(0, 3)) {
+      case 0:
+        if (at < bytes->size()) (*bytes)[at] = input.ConsumeIntegral<char>();
+        break;
+      case 1:
+        bytes->insert(at, 1, input.ConsumeIntegral<char>());
+        break;
+      case 2:
+        if (at < bytes->size()) bytes->erase(at, 1);
+        break;
+      default:
+        bytes->resize(at);
+        break;
+    }
+  }
+}
+
 // The value at `path` in `info`, through maps only; null when there is none.
 const Value* Find(const Struct& info, const std::vector<std::string>& path) {
   const Struct* map = &info;
@@ -278,20 +417,49 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (std::getenv("FUZZ_PRINT") != nullptr) Print(config, ids, counts, infos);
 
-  // The raw merger on the same infos, before InfoMerger moves out of them.
+  // The raw merger on the same infos as bytes, protobuf's serialization or
+  // not: it merges only what parses, and to what InfoMerger merges of it.
   std::vector<std::string> serialized;
+  NoncanonicalWriter writer(input);
   for (size_t i = 0; i < learners; ++i) {
     aggregator::v1::LearnReply reply;
     *reply.mutable_info() = infos[i];
     reply.set_task_id(ids[i]);
-    serialized.push_back(reply.SerializeAsString());
+    switch (input.ConsumeIntegralInRange(0, 3)) {
+      case 2:
+        serialized.push_back(writer.Reply(infos[i], ids[i]));
+        break;
+      case 3:
+        serialized.push_back(reply.SerializeAsString());
+        Mutate(input, &serialized.back());
+        break;
+      default:
+        serialized.push_back(reply.SerializeAsString());
+        break;
+    }
   }
   const std::vector<absl::string_view> raw_replies(serialized.begin(),
                                                    serialized.end());
   const std::optional<aggregator::RawInfoMerger::Merged> raw =
       aggregator::RawInfoMerger(config).Merge(raw_replies, counts);
-
   aggregator::InfoMerger merger(config);
+  if (raw.has_value()) {
+    std::vector<aggregator::v1::LearnReply> parsed(learners);
+    std::vector<Struct*> parsed_infos;
+    for (size_t i = 0; i < learners; ++i) {
+      FUZZ_CHECK(parsed[i].ParseFromString(serialized[i]));
+      parsed_infos.push_back(parsed[i].mutable_info());
+    }
+    absl::StatusOr<aggregator::MergedInfo> expected =
+        merger.Merge(parsed_infos, ids, counts);
+    FUZZ_CHECK(expected.ok());
+    FUZZ_CHECK(expected->warnings.empty());
+    aggregator::v1::LearnReply merged;
+    FUZZ_CHECK(merged.ParseFromString(raw->reply));
+    FUZZ_CHECK(MessageDifferencer::Equals(merged.info(), expected->info));
+    FUZZ_CHECK(merged.task_id() == parsed[0].task_id());
+  }
+
   std::vector<Struct*> pointers;
   for (Struct& info : infos) pointers.push_back(&info);
 
@@ -304,14 +472,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   absl::StatusOr<aggregator::MergedInfo> merged =
       merger.Merge(pointers, ids, counts);
-  if (raw.has_value()) {
-    FUZZ_CHECK(merged.ok());
-    FUZZ_CHECK(merged->warnings.empty());
-    aggregator::v1::LearnReply parsed;
-    FUZZ_CHECK(parsed.ParseFromString(raw->reply));
-    FUZZ_CHECK(MessageDifferencer::Equals(parsed.info(), merged->info));
-    FUZZ_CHECK(parsed.task_id() == ids[0]);
-  }
   if (!merged.ok()) {
     FUZZ_CHECK(merged.status().code() == absl::StatusCode::kInternal);
     return 0;
