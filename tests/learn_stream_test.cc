@@ -391,13 +391,34 @@ TEST_CASE("LearnStream checks the sample count as the stream arrives") {
                                plan + "' demands 8 (fake0: 4, fake1: 4)"));
     // The last slice waits for the stream's end: not every learner trained.
     CHECK(cluster.fake(1).arrivals() == 0);
-    // The plan is given back, as when a learner of a Learn fails.
-    REQUIRE(Idle(*cluster.aggregator));
+    // fake0 had its slice and may have trained: a retry would train it
+    // twice, so the plan is used, and the answer says so.
+    CHECK_THAT(status.error_message(),
+               Catch::Contains("; plan '" + plan + "' is used (fake0 (" +
+                               cluster.fakes[0]->address +
+                               ") had samples): GetData for the next"));
     Stream retry(*cluster.stub);
-    REQUIRE(retry.Write(Samples("s", 0, 8), plan));
-    const grpc::Status retried = retry.Close();
-    INFO(retried.error_message());
-    CHECK(retried.ok());
+    (void)retry.Write(Samples("s", 0, 8), plan);
+    CHECK_THAT(retry.FinishOpen().error_message(),
+               Catch::Contains("already used"));
+    CHECK(cluster.fake(0).arrivals() == 1);
+  }
+  SECTION("too many: a trailing learner with no samples holds nothing back") {
+    // fake1 asks for no samples: fake0 is the last with any, so its slice
+    // waits for the stream's end too.
+    FakeLearner::Options none;
+    none.batch_size = 0;
+    FakeCluster uneven({FakeLearner::Options{}, none});
+    uneven.Start();
+    const std::string plan = Plan(*uneven.stub, 4);
+    Stream stream(*uneven.stub);
+    REQUIRE(stream.Write(Samples("s", 0, 4), plan));
+    (void)stream.Write(Samples("s", 4, 5));
+    const grpc::Status status = stream.FinishOpen();
+    CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_THAT(status.error_message(),
+               Catch::Contains("more than 4 samples by message 2"));
+    CHECK(uneven.fake(0).arrivals() == 0);
   }
   SECTION("too many in the first message") {
     const std::string plan = Plan(*cluster.stub, 8);
@@ -408,6 +429,13 @@ TEST_CASE("LearnStream checks the sample count as the stream arrives") {
     CHECK_THAT(status.error_message(),
                Catch::Contains("more than 8 samples by message 1"));
     CHECK(cluster.fake(0).arrivals() == 0);
+    // No learner had samples: the plan is given back by the time the caller
+    // hears of the failure, so a retry at once may use it.
+    Stream retry(*cluster.stub);
+    REQUIRE(retry.Write(Samples("s", 0, 8), plan));
+    const grpc::Status retried = retry.Close();
+    INFO(retried.error_message());
+    CHECK(retried.ok());
   }
   SECTION("too few: refused when the stream ends") {
     const std::string plan = Plan(*cluster.stub, 8);
@@ -535,6 +563,25 @@ TEST_CASE("A LearnStream that stalls ends after call_timeout") {
   CHECK_THAT(status.error_message(),
              Catch::Contains("not done within call_timeout (1000 ms): 4 of 8 "
                              "samples had arrived"));
+}
+
+TEST_CASE("A stalled caller is blamed, not the learner it streams to") {
+  // fake1 is streamed to and still waits for its samples when the call's
+  // deadline, which its call shares, comes.
+  FakeLearner::Options streamed;
+  streamed.serves_stream = true;
+  FakeCluster cluster({FakeLearner::Options{}, streamed});
+  cluster.config.service.call_timeout = milliseconds(1000);
+  cluster.Start();
+  const std::string plan = Plan(*cluster.stub, 8);
+  Stream stream(*cluster.stub);
+  REQUIRE(stream.Write(Samples("s", 0, 6), plan));
+  const grpc::Status status = stream.FinishOpen();
+  CHECK(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("not done within call_timeout (1000 ms): 6 of 8 "
+                             "samples had arrived"));
+  CHECK_THAT(status.error_message(), !Catch::Contains("failed on"));
 }
 
 TEST_CASE("A LearnStream past max_inflight_bytes is refused, named") {

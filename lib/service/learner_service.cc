@@ -606,9 +606,10 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
 // learner, which sends the learner its slice as soon as it is complete, or
 // streams it on as it comes. The caller is read no faster than the streamed
 // learners take their pieces (LearnerServiceOptions::stream_window_bytes). The
-// call ends when every learner has answered and the answers are merged, or at
-// once on the first failure; the learner calls still running are then
-// cancelled, and the plan, the budget and the records wait for them.
+// call ends when every learner has answered and the answers are merged, or on
+// the first failure, which cancels the learner calls still running at once;
+// the caller hears back when they are over, with the plan (used if any
+// learner had samples), the budget and the records settled.
 //
 // Lifetime: three references, each dropped once: gRPC's (OnDone), the
 // bookkeeping's (Complete, which waits for every started learner call) and
@@ -625,7 +626,15 @@ class LearnerService::LearnStreamCall final
     const grpc::Status admitted =
         service->Admit(context, kMethod, &call->call_path_);
     if (!admitted.ok()) {
-      call->refs_ = 1;  // gRPC's only: nothing else started
+      // gRPC's reference only, and a call already over: a cancellation
+      // (OnCancel) finds it failed and does nothing.
+      call->refs_ = 1;
+      {
+        MutexLock lock(&call->mu_);
+        call->failure_ = admitted;
+        call->completing_ = true;
+        call->finish_decided_ = true;
+      }
       call->Finish(admitted);
       return call;
     }
@@ -668,20 +677,27 @@ class LearnerService::LearnStreamCall final
   }
 
   void OnDeadline() {
-    int64_t received = 0;
-    int64_t total = 0;
+    grpc::Status late;
     {
       MutexLock lock(&mu_);
-      if (splitter_.has_value()) {
-        received = static_cast<int64_t>(splitter_->received());
-        total = static_cast<int64_t>(splitter_->total());
-      }
+      late = TimedOut();
     }
-    Fail(grpc::Status(
+    Fail(late);
+  }
+
+  // The whole call ran out of time; says how much of the batch had come.
+  grpc::Status TimedOut() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t received = 0;
+    int64_t total = 0;
+    if (splitter_.has_value()) {
+      received = static_cast<int64_t>(splitter_->received());
+      total = static_cast<int64_t>(splitter_->total());
+    }
+    return grpc::Status(
         grpc::StatusCode::DEADLINE_EXCEEDED,
         absl::StrCat("LearnStream: not done within call_timeout (",
                      settings_->config.call_timeout.count(), " ms): ", received,
-                     " of ", total, " samples had arrived")));
+                     " of ", total, " samples had arrived"));
   }
 
   void OnReadDone(bool ok) override {
@@ -759,10 +775,10 @@ class LearnerService::LearnStreamCall final
       }
       sends->push_back(Send{senders_[piece.learner].get(), std::move(piece)});
     }
-    // A learner whose slice is whole gets it now; the last one only when the
-    // stream ends, so a stream with too many samples never trains them all.
-    const size_t complete =
-        std::min(splitter_->complete(), senders_.size() - 1);
+    // A learner whose slice is whole gets it now; the last one with samples
+    // only when the stream ends, so a stream with too many samples never
+    // trains them all.
+    const size_t complete = std::min(splitter_->complete(), last_share_);
     for (; closed_ < complete; ++closed_) {
       closes->push_back(senders_[closed_].get());
     }
@@ -802,6 +818,8 @@ class LearnerService::LearnStreamCall final
                              [this, i] { LearnerDone(i); }}));
     }
     splitter_.emplace(counts_);
+    last_share_ = senders_.empty() ? 0 : senders_.size() - 1;
+    while (last_share_ > 0 && counts_[last_share_] == 0) --last_share_;
     if (senders_.empty()) {
       return grpc::Status(
           grpc::StatusCode::INTERNAL,
@@ -911,7 +929,12 @@ class LearnerService::LearnStreamCall final
       MutexLock lock(&mu_);
       done_[i] = true;
       const Calls::value_type& call = calls_[i];
-      if (!call.status.ok() && !failure_.has_value()) {
+      if (!call.status.ok() && !failure_.has_value() && !ended_ &&
+          call.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        // The learner calls share the stream's deadline: while the caller is
+        // still sending, the caller is late, not the learner.
+        failure = TimedOut();
+      } else if (!call.status.ok() && !failure_.has_value()) {
         failure = grpc::Status(
             call.status.error_code(),
             absl::StrCat("LearnStream failed on ", call.learner.Name(), ": ",
@@ -923,8 +946,9 @@ class LearnerService::LearnStreamCall final
     MaybeComplete();
   }
 
-  // Fails the call at once (the first failure wins) and cancels the learner
-  // calls; the bookkeeping follows when they are over.
+  // Fails the call (the first failure wins) and cancels the learner calls at
+  // once; the caller hears back when they are over (Complete), so the plan
+  // and the budget are settled by the time it can call again.
   void Fail(const grpc::Status& status) {
     {
       MutexLock lock(&mu_);
@@ -935,7 +959,6 @@ class LearnerService::LearnStreamCall final
     // holds on until it is done here.
     refs_.fetch_add(1);
     for (const auto& sender : senders_) sender->Cancel();
-    FinishCall(status);
     MaybeComplete();
     Unref();
   }
@@ -972,12 +995,25 @@ class LearnerService::LearnStreamCall final
     grpc::Status status;
     if (failure_.has_value()) {
       Calls started;
+      std::vector<std::string> sent;
       for (size_t i = 0; i < senders_.size(); ++i) {
         // Those done are those started: every started one is done by now.
-        if (senders_[i]->started()) started.push_back(std::move(calls_[i]));
+        if (!senders_[i]->started()) continue;
+        sent.push_back(calls_[i].learner.Name());
+        started.push_back(std::move(calls_[i]));
       }
       (void)service_->Summarize(kMethod, started);
       status = *failure_;
+      // A learner that was sent samples may have trained on them: a retry
+      // of the plan would train it twice, so the plan is used.
+      if (!sent.empty() && claim_.has_value()) {
+        claim_->Consume();
+        status = grpc::Status(
+            status.error_code(),
+            absl::StrCat(status.error_message(), "; plan '", claim_->plan().id,
+                         "' is used (", absl::StrJoin(sent, ", "),
+                         " had samples): GetData for the next"));
+      }
     } else {
       service_->WatchStragglers(calls_, *settings_);
       // Every learner trained: the plan is used, whatever became of the
@@ -1031,6 +1067,7 @@ class LearnerService::LearnStreamCall final
   std::vector<std::unique_ptr<SliceSender>> senders_;
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
   size_t closed_ ABSL_GUARDED_BY(mu_) = 0;  // senders closed, in order
+  size_t last_share_ = 0;  // the last learner with samples; set by Begin
   std::vector<std::unique_ptr<InflightBudget::Lease>> leases_;
   int64_t reported_ ABSL_GUARDED_BY(mu_) = 0;  // ReportBuffered
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
