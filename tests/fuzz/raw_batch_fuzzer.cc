@@ -37,9 +37,12 @@ struct Reference {
   std::string plan_id;
 };
 
-bool ReadVarint(const std::string& bytes, size_t* at, uint64_t* value) {
+// At most `max_bytes` bytes: protobuf's parser takes tags and lengths of up
+// to 5, other varints of up to 10 (lib/aggregation/wire_reader.h).
+bool ReadVarint(const std::string& bytes, size_t* at, uint64_t* value,
+                int max_bytes = 10) {
   *value = 0;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < max_bytes; ++i) {
     if (*at >= bytes.size()) return false;
     const uint8_t byte = static_cast<uint8_t>(bytes[(*at)++]);
     *value |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
@@ -55,7 +58,7 @@ Reference ReadReference(const std::string& bytes, int64_t max_samples) {
   while (at < bytes.size()) {
     const size_t begin = at;
     uint64_t tag;
-    if (!ReadVarint(bytes, &at, &tag)) return ref;
+    if (!ReadVarint(bytes, &at, &tag, 5) || tag > UINT32_MAX) return ref;
     const uint64_t number = tag >> 3;
     const int type = static_cast<int>(tag & 7);
     if (number == 0) return ref;
@@ -69,7 +72,9 @@ Reference ReadReference(const std::string& bytes, int64_t max_samples) {
     } else if (type == 5) {
       length = 4;
     } else if (type == 2) {
-      if (!ReadVarint(bytes, &at, &length)) return ref;
+      if (!ReadVarint(bytes, &at, &length, 5) || length > INT32_MAX - 16) {
+        return ref;
+      }
     } else {
       return ref;
     }
