@@ -30,7 +30,8 @@ class FakeLearner final : public pb::Learner::Service {
     bool serves_stream = false;  // announces and serves LearnStream
     bool hold = false;           // after the first message
     bool fail = false;
-    size_t info_bytes = 0;  // a "blob" of this size in every answer
+    size_t info_bytes = 0;       // a "blob" of this size in every answer
+    milliseconds train_time{0};  // spent on each Learn once its samples are in
   };
   explicit FakeLearner(Options options) : options_(options) {}
 
@@ -139,6 +140,10 @@ class FakeLearner final : public pb::Learner::Service {
     return grpc::Status::OK;
   }
   grpc::Status Answer(std::vector<std::string> ids, pb::LearnReply* reply) {
+    // The learner's work, not a wait for anything: nothing to wait on.
+    if (options_.train_time.count() > 0) {
+      std::this_thread::sleep_for(options_.train_time);
+    }
     if (options_.fail) {
       return grpc::Status(grpc::StatusCode::INTERNAL, "fake failure");
     }
@@ -583,6 +588,35 @@ TEST_CASE("A stalled caller is blamed, not the learner it streams to") {
              Catch::Contains("not done within call_timeout (1000 ms): 6 of 8 "
                              "samples had arrived"));
   CHECK_THAT(status.error_message(), !Catch::Contains("failed on"));
+}
+
+TEST_CASE("A learner streamed to is timed from when its slice is whole") {
+  // Three streamed learners that train 50 ms each; the caller pauses 400 ms
+  // after fake0's first samples. The wait is the caller's: fake0 must not
+  // look slow for it (straggler.factor 3 over a window of 2 steps).
+  FakeLearner::Options streamed;
+  streamed.serves_stream = true;
+  streamed.train_time = milliseconds(50);
+  FakeCluster cluster({streamed, streamed, streamed});
+  cluster.config.service.straggler.factor = 3;
+  cluster.config.service.straggler.window = 2;
+  cluster.Start();
+  for (int step = 0; step < 2; ++step) {
+    const std::string plan = Plan(*cluster.stub, 12);
+    Stream stream(*cluster.stub);
+    REQUIRE(stream.Write(Samples("s", 0, 2), plan));
+    REQUIRE(cluster.fake(0).WaitArrivals(step + 1));
+    std::this_thread::sleep_for(milliseconds(400));  // the caller's pace
+    REQUIRE(stream.Write(Samples("s", 2, 12)));
+    const grpc::Status status = stream.Close();
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    CHECK(cluster.fake(0).streamed());
+  }
+  auto times = cluster.aggregator->learner_service().LearnTimes();
+  CHECK(times["fake0"].p50_seconds < 0.3);
+  CHECK(times["fake0"].p50_seconds >= 0.05);
+  CHECK_FALSE(times["fake0"].flagged);
 }
 
 TEST_CASE("A LearnStream past max_inflight_bytes is refused, named") {

@@ -29,6 +29,8 @@ struct LearnerCall {
   Reply reply;
   grpc::Status status;
   std::unique_ptr<grpc::ClientContext> context;
+  // From when the learner could have its whole request (a streamed slice:
+  // when its last piece was given to the call) to its answer.
   std::chrono::steady_clock::time_point started;
   std::chrono::steady_clock::time_point finished;
 };

@@ -65,6 +65,9 @@ void SliceSender::Close() {
     closed_ = true;
     if (streamed_) {
       if (!started_) StartStream(WithHead(grpc::ByteBuffer()), 0);
+      // The learner's time starts when its slice is whole: before, it waits
+      // for the caller, whose pace is not the learner's (straggler.factor).
+      call_->started = std::chrono::steady_clock::now();
     } else {
       if (!head_.empty()) collected_.emplace_back(head_.data(), head_.size());
       request_ = grpc::ByteBuffer(collected_.data(), collected_.size());

@@ -7,7 +7,8 @@
 //   arrived=T,learner0=T0-T1,learner1=T2-T3,...,merged=T,replied=T
 //
 // arrived: the handler ran (a LearnStream: its first message was read); one
-// entry per learner call, from its start to its answer, in learner order;
+// entry per learner call, from its start (a streamed slice: from when it was
+// whole) to its answer, in learner order;
 // merged: the answers were merged into the reply; replied: the reply was
 // handed to gRPC. A call with no learner call (GetResource) has neither
 // learner entries nor merged. Costs nothing when not asked for.
