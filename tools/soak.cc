@@ -55,6 +55,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/grpc_status.h"
 #include "lib/base/mutex.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
@@ -128,10 +129,6 @@ double Ms(Steady::duration d) {
 
 std::chrono::system_clock::time_point DeadlineIn(milliseconds ms) {
   return std::chrono::system_clock::now() + ms;
-}
-
-std::string CodeName(grpc::StatusCode code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
 void Log(const Options& options, const std::string& text) {

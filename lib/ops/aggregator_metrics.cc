@@ -7,15 +7,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/grpc_status.h"
 #include "lib/base/mutex.h"
 #include "lib/base/version.h"
 
 namespace aggregator {
 namespace {
-
-std::string CodeName(grpc::StatusCode code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-}
 
 // Counters only go up: adds what happened since the last scrape.
 void CountTo(prometheus::Counter& counter, double total) {
