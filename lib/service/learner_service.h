@@ -147,7 +147,7 @@ class LearnerService final
     std::string path;  // the call path its calls to learners carry
     bool timed;        // the caller asked for the timing (call_timing.h)
   };
-  // A LearnStream being relayed (defined in learner_service.cc).
+  // A LearnStream being relayed (defined in learn_stream_call.cc).
   class LearnStreamCall;
   // The learners a call goes to (members, and those the task will be
   // replayed to), or UNAVAILABLE when fewer than min_learners (and at least
