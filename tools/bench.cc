@@ -1550,7 +1550,9 @@ Section Bench::Network() {
                 "--sample-bytes",
                 absl::StrCat(options_.large_sample_bytes),
                 "--stream-message-bytes",
-                absl::StrCat(options_.stream_message_bytes)};
+                absl::StrCat(options_.stream_message_bytes),
+                "--netns-sizes-mib",
+                absl::StrJoin(options_.netns_sizes_mib, ",")};
     for (const auto& [key, value] : env_.vars) {
       run.argv.push_back("--env");
       run.argv.push_back(absl::StrCat(key, "=", value));
@@ -1727,10 +1729,7 @@ Section Bench::Allocators() {
 // The bench's own directory (bazel-bin/tools), where a sibling target's
 // binary lands once built.
 std::string OwnDirectory() {
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return "";
-  const std::string exe(path, n);
+  const std::string exe = SelfExecutable();
   return exe.substr(0, exe.rfind('/'));
 }
 

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/grpc_status.h"
 #include "lib/base/mutex.h"

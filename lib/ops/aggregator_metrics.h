@@ -8,6 +8,10 @@
 //   aggregator_learners{state}                 learners by state
 //   aggregator_worker_restarts_total{worker,index}
 //   aggregator_reloads_total{result}           ok | failed
+//   aggregator_learner_straggler{learner}      1 while it holds steps back
+//   aggregator_membership_generation           changes of the plans' learners
+//   aggregator_learn_stream_buffered_bytes{at} LearnStream bytes held: now |
+//                                              peak
 //   aggregator_source_refreshes_total{kind,source}   learner_sources refreshes
 //   aggregator_source_errors_total{kind,source}      ... that failed
 //   aggregator_source_learners{kind,source}          learners it lists
