@@ -90,15 +90,9 @@ TEST_CASE(
   // No keepalive arguments: gRPC's defaults (a ping without calls is allowed
   // once in 2 hours, with calls once in 5 minutes; 2 strikes).
   aggregator::ExampleLearner service({});
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
-  AggregatorConfig config =
-      KeepaliveConfig("127.0.0.1:" + std::to_string(port));
+  std::string address;
+  std::unique_ptr<grpc::Server> server = ServeOnLoopback(&service, &address);
+  AggregatorConfig config = KeepaliveConfig(address);
   config.connect.resource_refresh = milliseconds(400);
   auto aggregator = StartReadyAggregator(config);
   const uint64_t epoch = aggregator->pool().Ready().at(0).epoch;

@@ -161,15 +161,7 @@ absl::StatusOr<std::vector<RawBatch::Part>> RawBatch::Cut(
     }
     if (!plan_ids[i].empty()) {
       std::string field;
-      field.push_back(
-          static_cast<char>(kPlanIdField << 3 | WireReader::kLengthDelimited));
-      uint64_t length = plan_ids[i].size();
-      while (length >= 0x80) {
-        field.push_back(static_cast<char>((length & 0x7f) | 0x80));
-        length >>= 7;
-      }
-      field.push_back(static_cast<char>(length));
-      field += plan_ids[i];
+      AppendField(kPlanIdField, plan_ids[i], &field);
       pieces.emplace_back(field.data(), field.size());
     }
     if (!trailer.empty()) pieces.emplace_back(trailer.data(), trailer.size());

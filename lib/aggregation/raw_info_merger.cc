@@ -236,21 +236,6 @@ size_t ListSize(absl::string_view body) {
   return count;
 }
 
-void AppendVarint(uint64_t value, std::string* out) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
-
-// A length-delimited field.
-void AppendField(uint32_t number, absl::string_view body, std::string* out) {
-  AppendVarint(number << 3 | kLengthDelimited, out);
-  AppendVarint(body.size(), out);
-  out->append(body.data(), body.size());
-}
-
 // One merge: InfoMerger's rules where they merge without a word.
 class CleanMerge {
  public:

@@ -171,6 +171,22 @@ class WireReader {
   const char* error_ = nullptr;
 };
 
+// The writing side, for the few fields the daemon writes itself: a varint,
+// and a length-delimited field `number` holding `body`, appended to `out`.
+inline void AppendVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+inline void AppendField(uint32_t number, absl::string_view body,
+                        std::string* out) {
+  AppendVarint(number << 3 | WireReader::kLengthDelimited, out);
+  AppendVarint(body.size(), out);
+  out->append(body.data(), body.size());
+}
+
 }  // namespace aggregator
 
 #endif  // LIB_AGGREGATION_WIRE_READER_H_

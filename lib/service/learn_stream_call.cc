@@ -221,12 +221,7 @@ class LearnerService::LearnStreamCall final
     const Plan& plan = claim_->plan();
     auto learners = service_->PlanLearners(kMethod, plan);
     if (!learners.ok()) return ToGrpc(learners.status());
-    // Each slice says which learners train this step.
-    pb::LearnRequest stamp;
-    stamp.mutable_membership()->set_generation(plan.generation);
-    for (const PlanSlice& slice : plan.slices) {
-      stamp.mutable_membership()->add_members(slice.learner_id);
-    }
+    const pb::LearnRequest stamp = MembershipStamp(plan);
     calls_.resize(learners->size());
     done_.assign(learners->size(), false);
     for (size_t i = 0; i < learners->size(); ++i) {

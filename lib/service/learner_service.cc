@@ -536,14 +536,9 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
     counts.push_back(static_cast<size_t>(slice.batch_size));
     plan_ids.push_back(slice.learner_plan_id);
   }
-  // Each slice says which learners train this step (appended: a field of
-  // LearnRequest may come in any order).
-  pb::LearnRequest stamp;
-  stamp.mutable_membership()->set_generation(plan.generation);
-  for (const PlanSlice& slice : plan.slices) {
-    stamp.mutable_membership()->add_members(slice.learner_id);
-  }
-  auto parts = batch->Cut(counts, plan_ids, stamp.SerializeAsString());
+  // Appended to each slice: a field of LearnRequest may come in any order.
+  auto parts =
+      batch->Cut(counts, plan_ids, MembershipStamp(plan).SerializeAsString());
   if (!parts.ok()) return fail(ToGrpc(parts.status()));
   std::vector<grpc::ByteBuffer> requests;
   for (size_t i = 0; i < parts->size(); ++i) {
@@ -587,6 +582,15 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
         Finish(reactor, "Learn", started, status);
       });
   return reactor;
+}
+
+pb::LearnRequest LearnerService::MembershipStamp(const Plan& plan) {
+  pb::LearnRequest stamp;
+  stamp.mutable_membership()->set_generation(plan.generation);
+  for (const PlanSlice& slice : plan.slices) {
+    stamp.mutable_membership()->add_members(slice.learner_id);
+  }
+  return stamp;
 }
 
 absl::StatusOr<std::vector<LearnerHandle>> LearnerService::PlanLearners(
@@ -638,30 +642,34 @@ grpc::Status LearnerService::MergeLearn(
 
   // A clean merge is done on the replies' bytes (lib/aggregation/
   // raw_info_merger.h); anything else is parsed and merged by InfoMerger.
-  std::vector<std::string> flat(calls.size());
-  std::vector<absl::string_view> bytes;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    std::vector<grpc::Slice> slices;
-    if (calls[i].reply.Valid()) (void)calls[i].reply.Dump(&slices);
-    for (const grpc::Slice& slice : slices) {
-      flat[i].append(reinterpret_cast<const char*>(slice.begin()),
-                     slice.size());
+  // The flat copies go before that parse: one copy of the replies at a time.
+  {
+    std::vector<std::string> flat(calls.size());
+    std::vector<absl::string_view> bytes;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      std::vector<grpc::Slice> slices;
+      if (calls[i].reply.Valid()) (void)calls[i].reply.Dump(&slices);
+      for (const grpc::Slice& slice : slices) {
+        flat[i].append(reinterpret_cast<const char*>(slice.begin()),
+                       slice.size());
+      }
+      bytes.push_back(flat[i]);
     }
-    bytes.push_back(flat[i]);
-  }
-  if (auto merged = settings.raw_merger.Merge(bytes, counts);
-      merged.has_value()) {
-    for (size_t i = 1; i < calls.size(); ++i) {
-      WarnIfDifferent(method, "task_id", calls[0].learner, merged->task_ids[0],
-                      calls[i].learner, merged->task_ids[i]);
-      WarnIfDifferent(method, "buffer_id", calls[0].learner,
-                      merged->buffer_ids[0], calls[i].learner,
-                      merged->buffer_ids[i]);
+    if (auto merged = settings.raw_merger.Merge(bytes, counts);
+        merged.has_value()) {
+      for (size_t i = 1; i < calls.size(); ++i) {
+        WarnIfDifferent(method, "task_id", calls[0].learner,
+                        merged->task_ids[0], calls[i].learner,
+                        merged->task_ids[i]);
+        WarnIfDifferent(method, "buffer_id", calls[0].learner,
+                        merged->buffer_ids[0], calls[i].learner,
+                        merged->buffer_ids[i]);
+      }
+      if (too_large(merged->reply.size())) return status;
+      grpc::Slice slice(merged->reply.data(), merged->reply.size());
+      *reply = grpc::ByteBuffer(&slice, 1);
+      return grpc::Status::OK;
     }
-    if (too_large(merged->reply.size())) return status;
-    grpc::Slice slice(merged->reply.data(), merged->reply.size());
-    *reply = grpc::ByteBuffer(&slice, 1);
-    return grpc::Status::OK;
   }
 
   std::vector<pb::LearnReply> replies(calls.size());

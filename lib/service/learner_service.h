@@ -42,7 +42,6 @@
 #include "lib/config/config.h"
 #include "lib/learners/fan_out.h"
 #include "lib/learners/learner_pool.h"
-#include "lib/learners/slice_sender.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/service/inflight_budget.h"
 #include "lib/service/membership.h"
@@ -207,6 +206,9 @@ class LearnerService final
       LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
       const std::vector<size_t>& counts, const Settings& settings,
       grpc::ByteBuffer* reply);
+  // What every slice of `plan` carries besides its samples and plan_id: the
+  // learners that train this step (LearnRequest.membership).
+  static aggregator::v1::LearnRequest MembershipStamp(const Plan& plan);
   // The plan's learners, if each is still ready at the plan's epoch.
   absl::StatusOr<std::vector<LearnerHandle>> PlanLearners(
       const char* method, const Plan& plan) const;
