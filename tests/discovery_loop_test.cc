@@ -6,11 +6,11 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <deque>
 #include <stdexcept>
 #include <thread>
 
 #include "tests/log_capture.h"
+#include "tests/process_helpers.h"
 
 namespace aggregator {
 namespace {
@@ -42,8 +42,7 @@ struct Script {
 
 class ScriptedSource : public LearnerSource {
  public:
-  ScriptedSource(Script* script, bool reports)
-      : script_(script), reports_(reports) {}
+  explicit ScriptedSource(Script* script) : script_(script) {}
 
   absl::StatusOr<std::vector<HostPort>> Fetch(
       const RequestLimits& limits) override {
@@ -64,7 +63,6 @@ class ScriptedSource : public LearnerSource {
     MutexLock lock(&script_->mu);
     return script_->answer;
   }
-  bool ReportsFailed() const override { return reports_; }
   absl::Status ReportFailed(const std::vector<HostPort>& learners,
                             const RequestLimits&) override {
     MutexLock lock(&script_->mu);
@@ -74,7 +72,6 @@ class ScriptedSource : public LearnerSource {
 
  private:
   Script* const script_;
-  const bool reports_;
 };
 
 HostPort L(const char* host) { return HostPort::Tcp(host, 22300); }
@@ -97,14 +94,10 @@ OrchestratorSourceConfig Orchestrator(milliseconds report_after) {
   return orchestrator;
 }
 
+// Within kLongWait: the loop's threads share a loaded machine.
 template <typename Condition>
 bool Eventually(Condition condition) {
-  const auto deadline = Steady::now() + seconds(15);
-  while (Steady::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(milliseconds(1));
-  }
-  return condition();
+  return testing::Eventually(condition, testing::kLongWait);
 }
 
 // A loop over scripted sources (one Script per source name) on a fake clock.
@@ -143,9 +136,7 @@ struct Fixture {
     hooks.make_source = [this](const LearnerSourceConfig& config) {
       MaybeThrow(make_source_throws, "make_source");
       const std::string key = LearnerSourceKey(config);
-      return std::make_unique<ScriptedSource>(
-          &scripts[key],
-          std::holds_alternative<OrchestratorSourceConfig>(config));
+      return std::make_unique<ScriptedSource>(&scripts[key]);
     };
     // Scripts exist before their sources ask for them (std::map nodes stay).
     for (const char* key :

@@ -18,6 +18,7 @@ extern "C" {
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lib/process/subprocess.h"
@@ -26,6 +27,18 @@ namespace aggregator::testing {
 
 // Generous bound for anything that should happen at once on a loaded machine.
 inline constexpr std::chrono::seconds kLongWait(15);
+
+// Polls `condition` until it holds or `timeout` passes; true if it held.
+template <typename Condition>
+bool Eventually(Condition condition, std::chrono::milliseconds timeout =
+                                         std::chrono::milliseconds(5000)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return condition();
+}
 
 // A fresh directory under $TEST_TMPDIR (or /tmp), symlinks resolved.
 inline std::string TempDir() {

@@ -18,6 +18,7 @@
 #include "lib/config/config.h"
 #include "lib/server/aggregator_server.h"
 #include "proto/learner.grpc.pb.h"
+#include "tests/process_helpers.h"
 #include "tools/example_learner_service.h"
 #include "tools/synthetic_batch.h"
 
@@ -133,18 +134,6 @@ inline int ClosedPort() {
   REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   close(fd);
   return ntohs(addr.sin_port);
-}
-
-// Polls `condition` until it holds or `timeout` passes; true if it held.
-template <typename Condition>
-bool Eventually(Condition condition,
-                milliseconds timeout = milliseconds(5000)) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return condition();
 }
 
 inline std::optional<LearnerState> StateOf(AggregatorServer& server,

@@ -101,14 +101,15 @@ struct DiscoveryLoop::Source {
   // For logs, whatever the settings: "learner source dns learners.test:22300".
   const std::string name;
   const uint64_t instance;
-  std::atomic<bool> cut_requests{false};  // RequestLimits::stop
+  // The source is stopping: cuts its requests (RequestLimits::stop) and ends
+  // its thread. Set under mu, so a wait on `wake` cannot miss it.
+  std::atomic<bool> cut_requests{false};
   std::thread thread;
 
   Mutex mu;
   CondVar wake;
   LearnerSourceConfig config ABSL_GUARDED_BY(mu);
   uint64_t version ABSL_GUARDED_BY(mu) = 0;  // of `config`
-  bool stopping ABSL_GUARDED_BY(mu) = false;
   // Bumped whenever a wait should look again (the clock moved, a new
   // configuration, stop).
   uint64_t ticks ABSL_GUARDED_BY(mu) = 0;
@@ -185,7 +186,6 @@ void DiscoveryLoop::Apply(const std::vector<LearnerSourceConfig>& configs) {
     for (auto& source : sources_) {
       if (source == nullptr) continue;
       MutexLock source_lock(&source->mu);
-      source->stopping = true;
       source->cut_requests = true;
       source->wake.SignalAll();
       removed.push_back(std::move(source));
@@ -213,7 +213,6 @@ void DiscoveryLoop::Stop() {
     all.swap(sources_);
     for (auto& source : all) {
       MutexLock source_lock(&source->mu);
-      source->stopping = true;
       source->cut_requests = true;
       source->wake.SignalAll();
     }
@@ -261,7 +260,7 @@ bool DiscoveryLoop::WaitForRefresh(Source* source) {
     std::optional<Clock::TimePoint> due;  // nullopt: at once
     {
       MutexLock lock(&source->mu);
-      if (source->stopping) return false;
+      if (source->cut_requests) return false;
       ticks = source->ticks;
       if (source->last_start) {
         due = *source->last_start + RefreshOf(source->config);
@@ -271,7 +270,7 @@ bool DiscoveryLoop::WaitForRefresh(Source* source) {
     if (!due || clock_.Now() >= *due) return true;
     const std::optional<Clock::Duration> delay = clock_.RealDelayUntil(*due);
     MutexLock lock(&source->mu);
-    if (source->stopping) return false;
+    if (source->cut_requests) return false;
     if (source->ticks != ticks) continue;  // the clock moved: look again
     if (delay) {
       source->wake.WaitWithTimeout(&source->mu, absl::FromChrono(*delay));
@@ -341,7 +340,7 @@ bool DiscoveryLoop::Record(
   bool recovered = false;
   {
     MutexLock lock(&source->mu);
-    if (source->stopping) return false;  // cut short, or no longer wanted
+    if (source->cut_requests) return false;  // cut short, or no longer wanted
     ++source->refreshes;
     count = source->learners.size();
     if (!answer.ok()) {
@@ -392,7 +391,7 @@ bool DiscoveryLoop::Record(
 void DiscoveryLoop::ReportFailed(Source* source, LearnerSource& to,
                                  const LearnerSourceConfig& config) {
   const std::optional<milliseconds> after = ReportAfterOf(config);
-  if (!after || !to.ReportsFailed() || !hooks_.failed_learners) return;
+  if (!after || !hooks_.failed_learners) return;
   const std::set<std::string> failed = hooks_.failed_learners();
   const Clock::TimePoint now = clock_.Now();
   std::vector<HostPort> due;
@@ -424,7 +423,7 @@ void DiscoveryLoop::ReportFailed(Source* source, LearnerSource& to,
   bool first_error = false;
   {
     MutexLock lock(&source->mu);
-    if (source->stopping) return;
+    if (source->cut_requests) return;
     if (reported.ok()) {
       for (const HostPort& learner : due) {
         auto episode = source->episodes.find(learner.ToString());

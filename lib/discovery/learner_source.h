@@ -36,9 +36,8 @@ class LearnerSource {
   virtual absl::StatusOr<std::vector<HostPort>> Fetch(
       const RequestLimits& limits) = 0;
 
-  // Whether learners that stay failed are reported to the source (so that
-  // whoever runs them replaces them).
-  virtual bool ReportsFailed() const { return false; }
+  // Reports learners that stay failed (so that whoever runs them replaces
+  // them); called for the sources whose config has report_failed_after.
   virtual absl::Status ReportFailed(const std::vector<HostPort>& learners,
                                     const RequestLimits& limits) {
     (void)learners;

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/discovery/http_client.h"
 
 namespace aggregator {
 namespace {
@@ -59,8 +60,7 @@ absl::StatusOr<json> Data(const HttpReply& reply) {
   return body.contains("data") ? body["data"] : json();
 }
 
-}  // namespace
-
+// The learners of a replicas reply, or why the reply is not one.
 absl::StatusOr<std::vector<HostPort>> ParseReplicasReply(
     const HttpReply& reply) {
   absl::StatusOr<json> data = Data(reply);
@@ -89,9 +89,7 @@ absl::StatusOr<std::vector<HostPort>> ParseReplicasReply(
   return learners;
 }
 
-absl::Status ParseFailedReply(const HttpReply& reply) {
-  return Data(reply).status();
-}
+}  // namespace
 
 std::string PodName(const HostPort& learner, const std::string& pod_namespace) {
   absl::string_view host = learner.host;
@@ -138,7 +136,7 @@ absl::Status OrchestratorSource::ReportFailed(
   const std::string url = absl::StrCat(config_.url, kApi, "/replicas/failed");
   absl::StatusOr<HttpReply> reply = HttpCall("POST", url, body.dump(), limits);
   if (!reply.ok()) return reply.status();
-  if (absl::Status verdict = ParseFailedReply(*reply); !verdict.ok()) {
+  if (absl::Status verdict = Data(*reply).status(); !verdict.ok()) {
     return absl::Status(verdict.code(),
                         absl::StrCat("POST ", url, ": ", verdict.message()));
   }

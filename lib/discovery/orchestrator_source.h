@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "lib/config/config.h"
-#include "lib/discovery/http_client.h"
 #include "lib/discovery/learner_source.h"
 
 namespace aggregator {
@@ -29,7 +28,6 @@ class OrchestratorSource : public LearnerSource {
 
   absl::StatusOr<std::vector<HostPort>> Fetch(
       const RequestLimits& limits) override;
-  bool ReportsFailed() const override { return true; }
   // The learners by pod name (PodName), as the orchestrator deletes pods.
   absl::Status ReportFailed(const std::vector<HostPort>& learners,
                             const RequestLimits& limits) override;
@@ -37,13 +35,6 @@ class OrchestratorSource : public LearnerSource {
  private:
   const OrchestratorSourceConfig config_;
 };
-
-// The learners of a replicas reply, or why the reply is not one.
-absl::StatusOr<std::vector<HostPort>> ParseReplicasReply(
-    const HttpReply& reply);
-
-// A failed-replicas reply's verdict: OK, or why it is not a success.
-absl::Status ParseFailedReply(const HttpReply& reply);
 
 // The pod of a learner address "<pod>.<namespace>:<port>": its host without
 // ".<namespace>" (what DI-orchestrator's failed-replica API looks pods up
