@@ -28,36 +28,35 @@ void Changed(const char* field, std::chrono::milliseconds from,
   }
 }
 
-// "learners +1 -0 ~1" (added, removed, moved to another address or TLS), or
-// "learners reordered".
-void DescribeLearners(const std::vector<LearnerEndpoint>& running,
-                      const std::vector<LearnerEndpoint>& next,
-                      std::vector<std::string>* out) {
-  auto find = [](const std::vector<LearnerEndpoint>& in,
-                 const std::string& id) {
+// "<label> +1 -0 ~1": entries added, removed, and kept (the same key) with
+// other settings; or "<label> reordered".
+template <typename T, typename KeyOf>
+void DescribeKeyed(const char* label, const std::vector<T>& running,
+                   const std::vector<T>& next, KeyOf key_of,
+                   std::vector<std::string>* out) {
+  auto find = [&](const std::vector<T>& in, const std::string& key) {
     return std::find_if(in.begin(), in.end(),
-                        [&](const LearnerEndpoint& l) { return l.id == id; });
+                        [&](const T& entry) { return key_of(entry) == key; });
   };
   int added = 0;
   int removed = 0;
-  int moved = 0;
-  for (const LearnerEndpoint& learner : next) {
-    auto same_id = find(running, learner.id);
-    if (same_id == running.end()) {
+  int changed = 0;
+  for (const T& entry : next) {
+    auto same = find(running, key_of(entry));
+    if (same == running.end()) {
       ++added;
-    } else if (same_id->address != learner.address ||
-               same_id->tls != learner.tls) {
-      ++moved;
+    } else if (*same != entry) {
+      ++changed;
     }
   }
-  for (const LearnerEndpoint& learner : running) {
-    if (find(next, learner.id) == next.end()) ++removed;
+  for (const T& entry : running) {
+    if (find(next, key_of(entry)) == next.end()) ++removed;
   }
-  if (added + removed + moved > 0) {
+  if (added + removed + changed > 0) {
     out->push_back(
-        absl::StrCat("learners +", added, " -", removed, " ~", moved));
+        absl::StrCat(label, " +", added, " -", removed, " ~", changed));
   } else if (running != next) {
-    out->push_back("learners reordered");
+    out->push_back(absl::StrCat(label, " reordered"));
   }
 }
 
@@ -84,40 +83,6 @@ void DescribeWorkers(const std::vector<WorkerSpec>& running,
   }
   if (!workers.empty()) {
     out->push_back(absl::StrCat("workers ", absl::StrJoin(workers, " ")));
-  }
-}
-
-// "learner_sources +1 -0 ~1": sources added, removed, and kept (same key)
-// with other settings; or "learner_sources reordered".
-void DescribeSources(const std::vector<LearnerSourceConfig>& running,
-                     const std::vector<LearnerSourceConfig>& next,
-                     std::vector<std::string>* out) {
-  auto find = [](const std::vector<LearnerSourceConfig>& in,
-                 const std::string& key) {
-    return std::find_if(in.begin(), in.end(),
-                        [&](const LearnerSourceConfig& source) {
-                          return LearnerSourceKey(source) == key;
-                        });
-  };
-  int added = 0;
-  int removed = 0;
-  int changed = 0;
-  for (const LearnerSourceConfig& source : next) {
-    auto same = find(running, LearnerSourceKey(source));
-    if (same == running.end()) {
-      ++added;
-    } else if (*same != source) {
-      ++changed;
-    }
-  }
-  for (const LearnerSourceConfig& source : running) {
-    if (find(next, LearnerSourceKey(source)) == next.end()) ++removed;
-  }
-  if (added + removed + changed > 0) {
-    out->push_back(
-        absl::StrCat("learner_sources +", added, " -", removed, " ~", changed));
-  } else if (running != next) {
-    out->push_back("learner_sources reordered");
   }
 }
 
@@ -178,9 +143,13 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
     changes.push_back(
         absl::StrCat("allow_insecure ", allow_insecure ? "true" : "false"));
   }
-  DescribeLearners(running.learners, learners, &changes);
+  // A learner kept under its id changed address or TLS.
+  DescribeKeyed(
+      "learners", running.learners, learners,
+      [](const LearnerEndpoint& learner) { return learner.id; }, &changes);
   DescribeWorkers(running.workers, workers, &changes);
-  DescribeSources(running.learner_sources, learner_sources, &changes);
+  DescribeKeyed("learner_sources", running.learner_sources, learner_sources,
+                LearnerSourceKey, &changes);
   // Already applied to each of `learners` (and described there); the
   // discovered learners take it from here.
   if (!learner_sources.empty() && running.learner_tls != learner_tls) {
