@@ -25,26 +25,31 @@ const char* LearnerSourceKind(const LearnerSourceConfig& source) {
                                                          : "orchestrator";
 }
 
-std::string LearnerSourceTarget(const LearnerSourceConfig& source) {
+namespace {
+
+// What a source asks: "name:port", or "url namespace/name".
+std::string SourceWhere(const LearnerSourceConfig& source) {
   if (const auto* dns = std::get_if<DnsSourceConfig>(&source)) {
-    std::string target = HostPort::Tcp(dns->name, dns->port).ToString();
-    if (dns->nameserver) {
-      absl::StrAppend(&target, " via ", dns->nameserver->ToString());
-    }
-    return target;
+    return HostPort::Tcp(dns->name, dns->port).ToString();
   }
   const auto& orchestrator = std::get<OrchestratorSourceConfig>(source);
   return absl::StrCat(orchestrator.url, " ", orchestrator.pod_namespace, "/",
                       orchestrator.name);
 }
 
-std::string LearnerSourceKey(const LearnerSourceConfig& source) {
-  if (const auto* dns = std::get_if<DnsSourceConfig>(&source)) {
-    return absl::StrCat("dns ", HostPort::Tcp(dns->name, dns->port).ToString());
+}  // namespace
+
+std::string LearnerSourceTarget(const LearnerSourceConfig& source) {
+  std::string target = SourceWhere(source);
+  const auto* dns = std::get_if<DnsSourceConfig>(&source);
+  if (dns != nullptr && dns->nameserver) {
+    absl::StrAppend(&target, " via ", dns->nameserver->ToString());
   }
-  const auto& orchestrator = std::get<OrchestratorSourceConfig>(source);
-  return absl::StrCat("orchestrator ", orchestrator.url, " ",
-                      orchestrator.pod_namespace, "/", orchestrator.name);
+  return target;
+}
+
+std::string LearnerSourceKey(const LearnerSourceConfig& source) {
+  return absl::StrCat(LearnerSourceKind(source), " ", SourceWhere(source));
 }
 
 }  // namespace aggregator
