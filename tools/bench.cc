@@ -207,9 +207,10 @@ std::unique_ptr<LargeBatch> BuildLargeBatch(int64_t samples,
   return batch;
 }
 
-// Sends pre-serialised Learn requests through the generic API and a
-// completion queue driven by the calling thread: no serialisation, no payload
-// allocation and no thread hop on the client side of the clock.
+// Sends pre-serialised Learn requests (or a LargeBatch's messages by
+// LearnStream) through the generic API and a completion queue driven by the
+// calling thread: no serialisation, no payload allocation and no thread hop
+// on the client side of the clock.
 class LargeLearnClient {
  public:
   explicit LargeLearnClient(const std::string& address)
@@ -227,55 +228,21 @@ class LargeLearnClient {
   absl::StatusOr<double> Learn(const grpc::ByteBuffer& request,
                                pb::LearnReply* reply) {
     grpc::ClientContext context;
-    SetDeadline(&context, kLargeCallDeadline);
+    const auto deadline = std::chrono::system_clock::now() + kLargeCallDeadline;
+    context.set_deadline(deadline);
     grpc::ByteBuffer response;
     grpc::Status status;
     const auto started = Clock::now();
     auto call = stub_.PrepareUnaryCall(&context, kLearnMethod, request, &cq_);
     call->StartCall();
-    call->Finish(&response, &status, this);
-    void* tag = nullptr;
-    bool ok = false;
-    const auto next = cq_.AsyncNext(
-        &tag, &ok, std::chrono::system_clock::now() + kLargeCallDeadline);
-    const auto finished = Clock::now();
-    if (next != grpc::CompletionQueue::GOT_EVENT) {
-      // The call's own deadline has passed too: cancel and collect its tag.
-      context.TryCancel();
-      (void)cq_.Next(&tag, &ok);
-      return absl::DeadlineExceededError("Learn: no answer within deadline");
-    }
-    if (!status.ok()) return FromGrpc("Learn", status);
-    if (!grpc::SerializationTraits<pb::LearnReply>::Deserialize(&response,
-                                                                reply)
-             .ok()) {
-      return absl::InternalError("Learn: cannot parse the reply");
-    }
-    return ToMs(finished - started);
-  }
-
- private:
-  grpc::GenericStub stub_;
-  grpc::CompletionQueue cq_;
-};
-
-// Sends a LargeBatch's messages by LearnStream through the generic API and
-// a completion queue the calling thread drives, as LargeLearnClient does.
-class LargeStreamClient {
- public:
-  explicit LargeStreamClient(const std::string& address)
-      : stub_(Channel(address)) {}
-  ~LargeStreamClient() {
-    cq_.Shutdown();
-    void* tag;
-    bool ok;
-    while (cq_.Next(&tag, &ok)) {
-    }
+    (void)Step([&](void* tag) { call->Finish(&response, &status, tag); },
+               &context, deadline);
+    return Answer("Learn", Clock::now() - started, status, &response, reply);
   }
 
   // One LearnStream; returns its wall time in ms.
-  absl::StatusOr<double> Learn(const std::vector<grpc::ByteBuffer>& messages,
-                               pb::LearnReply* reply) {
+  absl::StatusOr<double> LearnStream(
+      const std::vector<grpc::ByteBuffer>& messages, pb::LearnReply* reply) {
     grpc::ClientContext context;
     const auto deadline = std::chrono::system_clock::now() + kLargeCallDeadline;
     context.set_deadline(deadline);
@@ -296,19 +263,14 @@ class LargeStreamClient {
     if (ok) ok = step([&](void* tag) { call->WritesDone(tag); });
     if (ok) (void)step([&](void* tag) { call->Read(&response, tag); });
     (void)step([&](void* tag) { call->Finish(&status, tag); });
-    const auto finished = Clock::now();
-    if (!status.ok()) return FromGrpc("LearnStream", status);
-    if (!grpc::SerializationTraits<pb::LearnReply>::Deserialize(&response,
-                                                                reply)
-             .ok()) {
-      return absl::InternalError("LearnStream: cannot parse the reply");
-    }
-    return ToMs(finished - started);
+    return Answer("LearnStream", Clock::now() - started, status, &response,
+                  reply);
   }
 
  private:
   // Starts one operation with a tag and waits for it: whether it succeeded.
-  // Past the deadline the call is cancelled (the operation then completes).
+  // Past the deadline the call is cancelled (the operation then completes,
+  // and a Finish says DEADLINE_EXCEEDED or CANCELLED).
   bool Step(const std::function<void(void*)>& start,
             grpc::ClientContext* context,
             std::chrono::system_clock::time_point deadline) {
@@ -323,6 +285,21 @@ class LargeStreamClient {
       return false;
     }
     return ok;
+  }
+
+  // The call's wall time in ms, or why it failed; the reply is parsed after
+  // the clock has stopped.
+  static absl::StatusOr<double> Answer(const char* method, Clock::duration took,
+                                       const grpc::Status& status,
+                                       grpc::ByteBuffer* response,
+                                       pb::LearnReply* reply) {
+    if (!status.ok()) return FromGrpc(method, status);
+    if (!grpc::SerializationTraits<pb::LearnReply>::Deserialize(response, reply)
+             .ok()) {
+      return absl::InternalError(
+          absl::StrCat(method, ": cannot parse the reply"));
+    }
+    return ToMs(took);
   }
 
   grpc::GenericStub stub_;
@@ -870,8 +847,7 @@ absl::StatusOr<LargeCaseResult> Bench::RunLargeCase(
     Relay relay;
     RunningDaemon daemon;
     std::unique_ptr<pb::Learner::Stub> stub;
-    std::unique_ptr<LargeLearnClient> unary;
-    std::unique_ptr<LargeStreamClient> stream;
+    std::unique_ptr<LargeLearnClient> client;
     std::vector<double> ms;
   };
   std::vector<Daemon> daemons;
@@ -881,11 +857,7 @@ absl::StatusOr<LargeCaseResult> Bench::RunLargeCase(
     if (!daemon.ok()) return daemon.status();
     Daemon d{relay, *std::move(daemon)};
     d.stub = pb::Learner::NewStub(Channel(d.daemon.address));
-    if (relay == Relay::kLearn) {
-      d.unary = std::make_unique<LargeLearnClient>(d.daemon.address);
-    } else {
-      d.stream = std::make_unique<LargeStreamClient>(d.daemon.address);
-    }
+    d.client = std::make_unique<LargeLearnClient>(d.daemon.address);
     daemons.push_back(std::move(d));
   }
   // A plan trains once: every Learn (its plan_id empty, so the newest plan)
@@ -901,8 +873,9 @@ absl::StatusOr<LargeCaseResult> Bench::RunLargeCase(
           absl::StrCat("GetData via aggregatord demands ", demand.batch_size(),
                        " samples, expected ", batch.samples));
     }
-    return d.unary != nullptr ? d.unary->Learn(batch.buffer, reply)
-                              : d.stream->Learn(batch.messages, reply);
+    return d.relay == Relay::kLearn
+               ? d.client->Learn(batch.buffer, reply)
+               : d.client->LearnStream(batch.messages, reply);
   };
 
   LargeCaseResult result;
