@@ -73,48 +73,38 @@ struct RawValue {
   bool nan = false;         // a number that is NaN
 };
 
-// Reads a Value's one kind; false for more than one, or anything else.
-bool ReadValue(absl::string_view bytes, RawValue* value) {
-  value->bytes = bytes;
+// Sorts a Value into its shape. Its bytes are plain (PlainValue, run over
+// the whole info before anything is read): one kind, of its wire type.
+RawValue ClassifyValue(absl::string_view bytes) {
+  RawValue value;
+  value.bytes = bytes;
   FieldReader reader(bytes);
   Field field;
-  int kinds = 0;
-  while (!reader.done()) {
-    if (!reader.Next(&field) || ++kinds > 1) return false;
-    const int expected =
-        field.number == kNullValue || field.number == kBoolValue ? kVarint
-        : field.number == kNumberValue                           ? kFixed64
-                                       : kLengthDelimited;
-    if (field.number > kListValue || field.type != expected) return false;
-    switch (field.number) {
-      case kNullValue:
-        value->shape = Shape::kNull;
-        break;
-      case kNumberValue: {
-        double number;
-        std::memcpy(&number, field.body.data(), sizeof(number));
-        value->nan = std::isnan(number);
-        value->shape = Shape::kScalar;
-        break;
-      }
-      case kStringValue:
-        if (!ValidUtf8(field.body)) return false;
-        value->shape = Shape::kScalar;
-        break;
-      case kBoolValue:
-        value->shape = Shape::kScalar;
-        break;
-      case kStructValue:
-        value->shape = Shape::kMap;
-        value->body = field.body;
-        break;
-      case kListValue:
-        value->shape = Shape::kList;
-        value->body = field.body;
-        break;
+  if (reader.done() || !reader.Next(&field)) return value;  // null
+  switch (field.number) {
+    case kNumberValue: {
+      double number;
+      std::memcpy(&number, field.body.data(), sizeof(number));
+      value.nan = std::isnan(number);
+      value.shape = Shape::kScalar;
+      break;
     }
+    case kStringValue:
+    case kBoolValue:
+      value.shape = Shape::kScalar;
+      break;
+    case kStructValue:
+      value.shape = Shape::kMap;
+      value.body = field.body;
+      break;
+    case kListValue:
+      value.shape = Shape::kList;
+      value.body = field.body;
+      break;
+    default:  // kNullValue
+      break;
   }
-  return true;
+  return value;
 }
 
 using RawMap = std::vector<std::pair<absl::string_view, RawValue>>;
@@ -149,14 +139,12 @@ bool ForEachEntry(absl::string_view body, const Visit& visit) {
   return true;
 }
 
-// Reads a Struct's entries, sorted by key; false on a key given twice or
-// anything but plain entries.
+// Reads a Struct's entries (plain: PlainMap has passed them), sorted by key;
+// false on a key given twice.
 bool ReadMap(absl::string_view body, RawMap* map) {
   const bool plain =
       ForEachEntry(body, [&](absl::string_view key, absl::string_view bytes) {
-        RawValue value;
-        if (!ReadValue(bytes, &value)) return false;
-        map->emplace_back(key, value);
+        map->emplace_back(key, ClassifyValue(bytes));
         return true;
       });
   if (!plain) return false;
@@ -171,8 +159,7 @@ bool ReadMap(absl::string_view body, RawMap* map) {
 bool PlainMap(absl::string_view body, int depth);
 
 // Whether a Value's bytes (and all they hold) are plain, and at most `depth`
-// maps or lists deep: what a merge copies must parse as InfoMerger's would
-// (ReadValue's checks, without building anything).
+// maps or lists deep: what a merge copies must parse as InfoMerger's would.
 bool PlainValue(absl::string_view bytes, int depth) {
   FieldReader reader(bytes);
   Field field;
