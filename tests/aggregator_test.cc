@@ -4,7 +4,7 @@
 #include <future>
 #include <limits>
 
-#include "tests/test_cluster.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 namespace pb = aggregator::v1;

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "lib/learners/call_path.h"
-#include "tests/test_cluster.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 namespace pb = aggregator::v1;

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 
-#include "tests/test_cluster.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 using aggregator::AggregatorConfig;

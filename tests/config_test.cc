@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "lib/config/config_loader.h"
-#include "tests/tls_certificates.h"
+#include "tests/testing/tls_certificates.h"
 
 namespace aggregator {
 namespace {

@@ -15,8 +15,8 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/admin.grpc.pb.h"
-#include "tests/process_helpers.h"
-#include "tests/test_cluster.h"
+#include "tests/testing/process_helpers.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 namespace pb = aggregator::v1;

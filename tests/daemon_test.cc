@@ -15,9 +15,9 @@
 #include <regex>
 #include <sstream>
 
-#include "tests/process_helpers.h"
-#include "tests/test_cluster.h"
-#include "tests/tls_certificates.h"
+#include "tests/testing/process_helpers.h"
+#include "tests/testing/test_cluster.h"
+#include "tests/testing/tls_certificates.h"
 
 using namespace aggregator::testing;
 namespace pb = aggregator::v1;

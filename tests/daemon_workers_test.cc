@@ -35,8 +35,8 @@ extern "C" {
 #include "lib/server/aggregator_server.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
-#include "tests/log_capture.h"
-#include "tests/process_helpers.h"
+#include "tests/testing/log_capture.h"
+#include "tests/testing/process_helpers.h"
 
 namespace aggregator {
 namespace {

@@ -9,8 +9,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "tests/log_capture.h"
-#include "tests/process_helpers.h"
+#include "tests/testing/log_capture.h"
+#include "tests/testing/process_helpers.h"
 
 namespace aggregator {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tests/dnsmasq.h"
+#include "tests/testing/dnsmasq.h"
 
 namespace aggregator::testing {
 namespace {

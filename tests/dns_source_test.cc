@@ -11,9 +11,9 @@
 #include <cstdlib>
 #include <thread>
 
-#include "tests/dnsmasq.h"
-#include "tests/process_helpers.h"
-#include "tests/test_cluster.h"
+#include "tests/testing/dnsmasq.h"
+#include "tests/testing/process_helpers.h"
+#include "tests/testing/test_cluster.h"
 
 namespace aggregator::testing {
 namespace {

@@ -14,9 +14,9 @@
 
 #include "google/protobuf/struct.pb.h"
 #include "proto/admin.grpc.pb.h"
-#include "tests/log_capture.h"
-#include "tests/process_helpers.h"
-#include "tests/test_cluster.h"
+#include "tests/testing/log_capture.h"
+#include "tests/testing/process_helpers.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 using aggregator::AggregatorConfig;

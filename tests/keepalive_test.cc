@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <future>
 
-#include "tests/process_helpers.h"
-#include "tests/test_cluster.h"
+#include "tests/testing/process_helpers.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 using aggregator::AggregatorConfig;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "lib/base/mutex.h"
-#include "tests/test_cluster.h"
+#include "tests/testing/test_cluster.h"
 #include "tools/learn_client.h"
 
 using namespace aggregator::testing;

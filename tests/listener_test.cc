@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "tests/test_cluster.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "tests/process_helpers.h"
+#include "tests/testing/process_helpers.h"
 
 namespace aggregator {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/ops/metrics_endpoint.h"
-#include "tests/process_helpers.h"
+#include "tests/testing/process_helpers.h"
 
 using aggregator::AggregatorMetrics;
 using aggregator::HostPort;

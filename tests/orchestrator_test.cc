@@ -22,8 +22,8 @@
 #include "lib/discovery/discovery_loop.h"
 #include "lib/discovery/orchestrator_source.h"
 #include "proto/admin.grpc.pb.h"
-#include "tests/log_capture.h"
-#include "tests/test_cluster.h"
+#include "tests/testing/log_capture.h"
+#include "tests/testing/test_cluster.h"
 
 namespace aggregator::testing {
 namespace {

@@ -9,7 +9,7 @@
 #include <catch2/catch.hpp>
 #include <utility>
 
-#include "tests/test_cluster.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 namespace pb = aggregator::v1;

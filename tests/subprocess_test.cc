@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "lib/process/adopted.h"
-#include "tests/process_helpers.h"
+#include "tests/testing/process_helpers.h"
 // glibc 2.36's <sys/pidfd.h> lacks extern "C" (fixed in 2.37).
 extern "C" {
 #include <sys/pidfd.h>

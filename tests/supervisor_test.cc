@@ -1,5 +1,5 @@
 // The supervisor against real children: process children run
-// tests/supervisor_test_worker, thread children serve the same mock env
+// tests/testing/supervisor_test_worker, thread children serve the same mock env
 // in-process. Ports DI-engine's supervisor tests (both child types), then the
 // original's deadlock (a child killed mid-write), init crashes, exits and
 // shutdown escalation, and the worker channel on its own. Every wait has a
@@ -25,7 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "lib/supervisor/worker_channel.h"
 #include "lib/supervisor/worker_runtime.h"
-#include "tests/supervisor_test_env.h"
+#include "tests/testing/supervisor_test_env.h"
 
 namespace aggregator {
 namespace {
@@ -36,7 +36,7 @@ using std::chrono::seconds;
 
 // Generous bound for anything that should happen at once on a loaded machine.
 constexpr seconds kLongWait(10);
-constexpr char kWorker[] = "tests/supervisor_test_worker";
+constexpr char kWorker[] = "tests/testing/supervisor_test_worker";
 
 enum class ChildKind { kProcess, kThread };
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # config/aggregatord.service under a real systemd as PID 1, in a container
-# (tests/docker_helpers.sh) on which tools/install ran as README.md says: the system
+# (tests/testing/docker_helpers.sh) on which tools/install ran as README.md says: the system
 # boots, `systemctl daemon-reload && systemctl enable --now aggregatord` brings the
 # unit up (READY), reload works and keeps a broken file out, the GPU drop-in gives a
 # worker CPU affinity, nice and /proc/cpuinfo, the watchdog restarts a stopped
 # daemon, an invalid configuration fails at once, a daemon that cannot start reaches
 # the start limit, stop is clean, and the exposure is at most 1.5.
 # Its own network namespace (docker's bridge): the default ports clash with nothing.
-source tests/docker_helpers.sh
+source tests/testing/docker_helpers.sh
 
 build=learner-aggregator:build
 image=learner-aggregator-systemd:test

@@ -17,9 +17,9 @@
 #include "lib/server/aggregator_server.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
-#include "tests/process_helpers.h"
-#include "tests/test_cluster.h"
-#include "tests/tls_certificates.h"
+#include "tests/testing/process_helpers.h"
+#include "tests/testing/test_cluster.h"
+#include "tests/testing/tls_certificates.h"
 
 namespace aggregator {
 namespace {

@@ -3,7 +3,7 @@
 // made before the child changed is refused, naming the child.
 #include <catch2/catch.hpp>
 
-#include "tests/test_cluster.h"
+#include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 using aggregator::AggregatorConfig;

@@ -34,8 +34,8 @@ extern "C" {
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "tests/log_capture.h"
-#include "tests/process_helpers.h"
+#include "tests/testing/log_capture.h"
+#include "tests/testing/process_helpers.h"
 
 namespace aggregator {
 namespace {

@@ -38,8 +38,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
+#include "tests/testing/synthetic_batch.h"
 #include "tools/learn_client.h"
-#include "tools/synthetic_batch.h"
 
 namespace {
 

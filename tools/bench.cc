@@ -38,9 +38,9 @@
 #include "lib/process/subprocess.h"
 #include "proto/learner.grpc.pb.h"
 #include "proto/learner_names.h"
+#include "tests/testing/synthetic_batch.h"
 #include "tools/bench_processes.h"
 #include "tools/bench_report.h"
-#include "tools/synthetic_batch.h"
 #include "tools/tool_paths.h"
 
 namespace aggregator {

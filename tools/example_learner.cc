@@ -11,7 +11,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "tools/example_learner_service.h"
+#include "tests/testing/example_learner_service.h"
 
 namespace {
 

@@ -59,9 +59,9 @@
 #include "lib/base/mutex.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
+#include "tests/testing/synthetic_batch.h"
 #include "tools/bench_processes.h"
 #include "tools/soak_checks.h"
-#include "tools/synthetic_batch.h"
 #include "tools/tool_paths.h"
 
 namespace aggregator::soak {

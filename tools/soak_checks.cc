@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "tools/example_learner_service.h"
+#include "tests/testing/example_learner_service.h"
 
 namespace aggregator::soak {
 namespace {

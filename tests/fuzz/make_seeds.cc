@@ -1,7 +1,8 @@
 // Writes the seed inputs of tests/fuzz/corpus/ that are made rather than
-// written by hand: real serialized LearnRequests (tools/synthetic_batch) for
-// raw_batch_fuzzer and real worker frames for worker_channel_fuzzer, each
-// followed by the trailer its fuzzer reads from the end.
+// written by hand: real serialized LearnRequests
+// (tests/testing/synthetic_batch) for raw_batch_fuzzer and real worker frames
+// for worker_channel_fuzzer, each followed by the trailer its fuzzer reads from
+// the end.
 //   make_seeds <corpus dir>   writes <dir>/raw_batch_fuzzer/* and
 //                             <dir>/worker_channel_fuzzer/*
 #include <google/protobuf/struct.pb.h>
@@ -13,7 +14,7 @@
 
 #include "proto/learner.pb.h"
 #include "proto/worker.pb.h"
-#include "tools/synthetic_batch.h"
+#include "tests/testing/synthetic_batch.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Helpers for tests that run real aggregators and example learners on loopback.
-#ifndef TESTS_TEST_CLUSTER_H_
-#define TESTS_TEST_CLUSTER_H_
+#ifndef TESTS_TESTING_TEST_CLUSTER_H_
+#define TESTS_TESTING_TEST_CLUSTER_H_
 
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -18,9 +18,9 @@
 #include "lib/config/config.h"
 #include "lib/server/aggregator_server.h"
 #include "proto/learner.grpc.pb.h"
-#include "tests/process_helpers.h"
-#include "tools/example_learner_service.h"
-#include "tools/synthetic_batch.h"
+#include "tests/testing/example_learner_service.h"
+#include "tests/testing/process_helpers.h"
+#include "tests/testing/synthetic_batch.h"
 
 namespace aggregator::testing {
 
@@ -178,4 +178,4 @@ inline double RequestsCounted(AggregatorServer& server, const std::string& rpc,
 
 }  // namespace aggregator::testing
 
-#endif  // TESTS_TEST_CLUSTER_H_
+#endif  // TESTS_TESTING_TEST_CLUSTER_H_

@@ -1,4 +1,4 @@
-#include "tests/supervisor_test_env.h"
+#include "tests/testing/supervisor_test_env.h"
 
 #include <unistd.h>
 

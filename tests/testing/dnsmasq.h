@@ -1,8 +1,8 @@
 // dnsmasq (Debian's dnsmasq-base) as a DNS server for tests: started on a free
 // loopback port, serving names of the .test domain from a hosts file that the
 // test rewrites (and dnsmasq re-reads on SIGHUP), refusing every other name.
-#ifndef TESTS_DNSMASQ_H_
-#define TESTS_DNSMASQ_H_
+#ifndef TESTS_TESTING_DNSMASQ_H_
+#define TESTS_TESTING_DNSMASQ_H_
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,7 +22,7 @@
 
 #include "lib/base/host_port.h"
 #include "lib/discovery/learner_source.h"
-#include "tests/process_helpers.h"
+#include "tests/testing/process_helpers.h"
 
 namespace aggregator::testing {
 
@@ -176,4 +176,4 @@ inline constexpr char kRefusedSearchDomain[] = "refused.example";
 
 }  // namespace aggregator::testing
 
-#endif  // TESTS_DNSMASQ_H_
+#endif  // TESTS_TESTING_DNSMASQ_H_

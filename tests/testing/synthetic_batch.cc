@@ -1,4 +1,4 @@
-#include "tools/synthetic_batch.h"
+#include "tests/testing/synthetic_batch.h"
 
 #include <algorithm>
 

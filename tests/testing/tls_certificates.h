@@ -1,7 +1,7 @@
 // Certificates for TLS tests, made with the openssl command at test time, and
 // the shell helper that makes them.
-#ifndef TESTS_TLS_CERTIFICATES_H_
-#define TESTS_TLS_CERTIFICATES_H_
+#ifndef TESTS_TESTING_TLS_CERTIFICATES_H_
+#define TESTS_TESTING_TLS_CERTIFICATES_H_
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "tests/process_helpers.h"
+#include "tests/testing/process_helpers.h"
 
 namespace aggregator::testing {
 
@@ -71,4 +71,4 @@ inline const Certificates& Certs() {
 
 }  // namespace aggregator::testing
 
-#endif  // TESTS_TLS_CERTIFICATES_H_
+#endif  // TESTS_TESTING_TLS_CERTIFICATES_H_

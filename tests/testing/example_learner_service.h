@@ -9,8 +9,8 @@
 // where missing).
 //
 // Thread-safety: RPCs may run concurrently; state is guarded by mu_.
-#ifndef TOOLS_EXAMPLE_LEARNER_SERVICE_H_
-#define TOOLS_EXAMPLE_LEARNER_SERVICE_H_
+#ifndef TESTS_TESTING_EXAMPLE_LEARNER_SERVICE_H_
+#define TESTS_TESTING_EXAMPLE_LEARNER_SERVICE_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -135,4 +135,4 @@ absl::StatusOr<std::unique_ptr<ExampleLearnerServer>> StartExampleLearner(
 
 }  // namespace aggregator
 
-#endif  // TOOLS_EXAMPLE_LEARNER_SERVICE_H_
+#endif  // TESTS_TESTING_EXAMPLE_LEARNER_SERVICE_H_

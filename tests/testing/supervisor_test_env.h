@@ -1,8 +1,8 @@
 // The mock environment the supervisor tests serve, in-process (thread
-// children) and in tests/supervisor_test_worker (process children): DI-engine's
-// MockEnv and MockCrashEnv, plus methods for timeouts and exits.
-#ifndef TESTS_SUPERVISOR_TEST_ENV_H_
-#define TESTS_SUPERVISOR_TEST_ENV_H_
+// children) and in tests/testing/supervisor_test_worker (process children):
+// DI-engine's MockEnv and MockCrashEnv, plus methods for timeouts and exits.
+#ifndef TESTS_TESTING_SUPERVISOR_TEST_ENV_H_
+#define TESTS_TESTING_SUPERVISOR_TEST_ENV_H_
 
 #include <memory>
 
@@ -30,4 +30,4 @@ int BusyCallsStarted();
 
 }  // namespace aggregator
 
-#endif  // TESTS_SUPERVISOR_TEST_ENV_H_
+#endif  // TESTS_TESTING_SUPERVISOR_TEST_ENV_H_

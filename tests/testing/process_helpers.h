@@ -1,6 +1,6 @@
 // Helpers for tests that run the project's binaries as real processes.
-#ifndef TESTS_PROCESS_HELPERS_H_
-#define TESTS_PROCESS_HELPERS_H_
+#ifndef TESTS_TESTING_PROCESS_HELPERS_H_
+#define TESTS_TESTING_PROCESS_HELPERS_H_
 
 #include <limits.h>
 #include <poll.h>
@@ -127,4 +127,4 @@ inline std::string WordAfter(const std::string& line,
 
 }  // namespace aggregator::testing
 
-#endif  // TESTS_PROCESS_HELPERS_H_
+#endif  // TESTS_TESTING_PROCESS_HELPERS_H_

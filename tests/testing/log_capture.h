@@ -1,7 +1,7 @@
 // LogCapture: an spdlog sink that keeps every message so tests can wait for
 // one (with a deadline) instead of sleeping.
-#ifndef TESTS_LOG_CAPTURE_H_
-#define TESTS_LOG_CAPTURE_H_
+#ifndef TESTS_TESTING_LOG_CAPTURE_H_
+#define TESTS_TESTING_LOG_CAPTURE_H_
 
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -79,4 +79,4 @@ inline CaptureSink& CapturedLogs() {
 
 }  // namespace aggregator::testing
 
-#endif  // TESTS_LOG_CAPTURE_H_
+#endif  // TESTS_TESTING_LOG_CAPTURE_H_

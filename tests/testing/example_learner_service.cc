@@ -1,4 +1,4 @@
-#include "tools/example_learner_service.h"
+#include "tests/testing/example_learner_service.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

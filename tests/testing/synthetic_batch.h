@@ -1,7 +1,7 @@
 // Synthetic training batches for the tools and the tests: what a coordinator
 // would send, without a replay buffer behind it.
-#ifndef TOOLS_SYNTHETIC_BATCH_H_
-#define TOOLS_SYNTHETIC_BATCH_H_
+#ifndef TESTS_TESTING_SYNTHETIC_BATCH_H_
+#define TESTS_TESTING_SYNTHETIC_BATCH_H_
 
 #include <cstdint>
 #include <string>
@@ -18,4 +18,4 @@ aggregator::v1::LearnRequest SyntheticBatch(int64_t count, int64_t bytes,
 
 }  // namespace aggregator
 
-#endif  // TOOLS_SYNTHETIC_BATCH_H_
+#endif  // TESTS_TESTING_SYNTHETIC_BATCH_H_

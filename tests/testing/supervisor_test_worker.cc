@@ -24,7 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "lib/supervisor/worker_channel.h"
 #include "lib/supervisor/worker_runtime.h"
-#include "tests/supervisor_test_env.h"
+#include "tests/testing/supervisor_test_env.h"
 
 namespace aggregator {
 namespace {
