@@ -169,9 +169,9 @@ class SilentDnsServer {
   const int fd_;
 };
 
-// The search domain tests run with (LOCALDOMAIN, in tests/BUILD), as a host
-// whose resolv.conf has a `search` line would have it: dnsmasq refuses its
-// names.
+// The search domain tests run with (LOCALDOMAIN, in tests/discovery/BUILD),
+// as a host whose resolv.conf has a `search` line would have it: dnsmasq
+// refuses its names.
 inline constexpr char kRefusedSearchDomain[] = "refused.example";
 
 }  // namespace aggregator::testing
