@@ -1,8 +1,8 @@
-# The machine tests/systemd_boot_test.sh boots with systemd as PID 1: config/Dockerfile's
-# build stage (Debian 12, the build packages, the sources in /src) plus systemd, on
-# which README.md's "Running under systemd" steps run as written (the last one,
-# systemctl, once systemd runs). Its context is only what tools/install reads beyond
-# the build stage's sources (the .dockerignore beside this file).
+# The machine tests/system/systemd_boot_test.sh boots with systemd as PID 1:
+# config/Dockerfile's build stage (Debian 12, the build packages, the sources in /src)
+# plus systemd, on which README.md's "Running under systemd" steps run as written (the
+# last one, systemctl, once systemd runs). Its context is only what tools/install reads
+# beyond the build stage's sources (the .dockerignore beside this file).
 ARG BUILD_IMAGE=learner-aggregator:build
 FROM ${BUILD_IMAGE}
 LABEL org.learner-aggregator.image=systemd

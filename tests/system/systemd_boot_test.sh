@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # config/aggregatord.service under a real systemd as PID 1, in a container
-# (tests/testing/docker_helpers.sh) on which tools/install ran as README.md says: the system
-# boots, `systemctl daemon-reload && systemctl enable --now aggregatord` brings the
-# unit up (READY), reload works and keeps a broken file out, the GPU drop-in gives a
-# worker CPU affinity, nice and /proc/cpuinfo, the watchdog restarts a stopped
-# daemon, an invalid configuration fails at once, a daemon that cannot start reaches
-# the start limit, stop is clean, and the exposure is at most 1.5.
-# Its own network namespace (docker's bridge): the default ports clash with nothing.
+# (tests/testing/docker_helpers.sh) on which tools/install ran as README.md says: the
+# system boots, `systemctl daemon-reload && systemctl enable --now aggregatord` brings
+# the unit up (READY), reload works and keeps a broken file out, the GPU drop-in gives a
+# worker CPU affinity, nice and /proc/cpuinfo, the watchdog restarts a stopped daemon,
+# an invalid configuration fails at once, a daemon that cannot start reaches the start
+# limit, stop is clean, and the exposure is at most 1.5. Its own network namespace
+# (docker's bridge): the default ports clash with nothing.
 source tests/testing/docker_helpers.sh
 
 build=learner-aggregator:build
@@ -21,7 +21,7 @@ phase "base images"
 ensure_base_images
 phase "docker build"
 build_image "$build" --target build -f "$WORKSPACE/config/Dockerfile"
-build_image "$image" --build-arg "BUILD_IMAGE=$build" -f "$WORKSPACE/tests/systemd_image.Dockerfile"
+build_image "$image" --build-arg "BUILD_IMAGE=$build" -f "$WORKSPACE/tests/system/systemd_image.Dockerfile"
 
 # box CMD: runs bash -c CMD in the container.
 box() { $DOCKER exec "$name" bash -c "$1"; }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# config/Dockerfile built and run by a real Docker engine (tests/testing/docker_helpers.sh
-# provides it, and the Debian base images): the image runs as a non-root user, its
-# HEALTHCHECK turns healthy, `aggregatorctl status` shows the learners ready, the
-# Learner API and metrics answer on ports published on 127.0.0.1, SIGHUP reloads, a
-# worker's orphaned grandchildren are reaped, and `docker stop` exits 0 in time.
-# Prints the image size and the time of each phase.
+# config/Dockerfile built and run by a real Docker engine
+# (tests/testing/docker_helpers.sh provides it, and the Debian base images): the image
+# runs as a non-root user, its HEALTHCHECK turns healthy, `aggregatorctl status` shows
+# the learners ready, the Learner API and metrics answer on ports published on
+# 127.0.0.1, SIGHUP reloads, a worker's orphaned grandchildren are reaped, and
+# `docker stop` exits 0 in time. Prints the image size and the time of each phase.
 source tests/testing/docker_helpers.sh
 
 image=learner-aggregator:test
