@@ -8,4 +8,4 @@
 s|^listen: "127.0.0.1:22272"|listen: "0.0.0.0:22272"|
 s|^  listen: "127.0.0.1:22273"|  listen: "0.0.0.0:22273"|
 s|^allow_insecure: false|allow_insecure: true|
-s|command: \[tools/example_learner,|command: [/usr/local/bin/example_learner,|
+s|command: \[tools/examples/example_learner,|command: [/usr/local/bin/example_learner,|

@@ -3,7 +3,7 @@
 // the keys and shapes of the infos' maps, takes list entries and scalars as
 // the bytes they arrived in, and writes the merged LearnReply itself: no
 // Struct is parsed, merged, serialized and destroyed, which was half of what
-// the aggregator spent on a small Learn (tools/BENCH.md).
+// the aggregator spent on a small Learn (tools/bench/BENCH.md).
 //
 // It merges only what InfoMerger would merge without a word: no warning, no
 // error, nothing it does not read as plain protobuf (the fields it expects,
@@ -14,8 +14,8 @@
 // anything else Merge answers nullopt, and the caller merges with InfoMerger,
 // whose parse, warnings and errors then say what is wrong. Where it merges,
 // the result parses to what InfoMerger's would be
-// (tests/raw_info_merger_test.cc and the info_merger fuzzer, which also feeds
-// it non-canonical and broken bytes, check both).
+// (tests/aggregation/raw_info_merger_test.cc and the info_merger fuzzer, which
+// also feeds it non-canonical and broken bytes, check both).
 //
 // Thread-safety: immutable after construction; Merge may be called
 // concurrently.

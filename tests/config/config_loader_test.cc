@@ -1,3 +1,5 @@
+#include "lib/config/config_loader.h"
+
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,7 +14,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
-#include "lib/config/config_loader.h"
 #include "tests/testing/tls_certificates.h"
 
 namespace aggregator {
@@ -128,7 +129,8 @@ TEST_CASE("The embedded default is config/aggregator.yaml and is valid",
   // Two example learners as local workers, written out with every default.
   WorkerSpec learner;
   learner.name = "learner";
-  learner.command = {"tools/example_learner", "--listen", "127.0.0.1:{port}"};
+  learner.command = {"tools/examples/example_learner", "--listen",
+                     "127.0.0.1:{port}"};
   learner.replicas = 2;
   learner.port_base = 22300;
   learner.learner = true;

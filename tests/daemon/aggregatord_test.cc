@@ -25,8 +25,8 @@ namespace pb = aggregator::v1;
 namespace {
 
 constexpr char kDaemon[] = "daemon/aggregatord";
-constexpr char kLearner[] = "tools/example_learner";
-constexpr char kCtl[] = "tools/aggregatorctl";
+constexpr char kLearner[] = "tools/examples/example_learner";
+constexpr char kCtl[] = "tools/cli/aggregatorctl";
 
 struct LearnerProcess {
   std::unique_ptr<aggregator::Subprocess> process;

@@ -2,8 +2,8 @@
 // workers join the pool and serve through the aggregator, a killed one is
 // restarted and the pool recovers; the aggregatord binary's workers die with
 // it (SIGKILL) or are stopped by it (SIGTERM); the default configuration finds
-// tools/example_learner through aggregatord's runfiles. Every wait has a
-// deadline: health watches, log lines and pidfds, never sleeps.
+// tools/examples/example_learner through aggregatord's runfiles. Every wait has
+// a deadline: health watches, log lines and pidfds, never sleeps.
 #include <grpcpp/grpcpp.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -151,7 +151,8 @@ TEST_CASE("Learner workers serve through the aggregator and are restarted") {
   WorkerSpec learner;
   learner.name = "learner";
   // A data dependency: in the test's runfiles, the working directory.
-  learner.command = {"tools/example_learner", "--listen", "127.0.0.1:{port}"};
+  learner.command = {"tools/examples/example_learner", "--listen",
+                     "127.0.0.1:{port}"};
   learner.replicas = 2;
   learner.port_base = port_base;
   learner.learner = true;
@@ -436,7 +437,8 @@ TEST_CASE("No descendant of a worker outlives the worker's stop") {
 
 TEST_CASE("The default configuration finds example_learner in the runfiles") {
   // The shipped default with free ports, run from a directory that has no
-  // tools/example_learner: the program comes from aggregatord's runfiles.
+  // tools/examples/example_learner: the program comes from aggregatord's
+  // runfiles.
   const int port_base = FreePortPair();
   const std::string dir = testing::TempDir();
   const std::string yaml = ReadText("config/aggregator.yaml");
@@ -458,9 +460,10 @@ TEST_CASE("The default configuration finds example_learner in the runfiles") {
        absl::StrCat("[learner-1] example_learner listening on 127.0.0.1:",
                     port_base + 1),
        "serving:"});
-  CHECK(lines[0].find(".runfiles/learner_aggregator/tools/example_learner "
-                      "--listen 127.0.0.1:" +
-                      std::to_string(port_base)) != std::string::npos);
+  CHECK(lines[0].find(
+            ".runfiles/learner_aggregator/tools/examples/example_learner "
+            "--listen 127.0.0.1:" +
+            std::to_string(port_base)) != std::string::npos);
   REQUIRE(daemon->Signal(SIGTERM).ok());
   absl::StatusOr<ExitStatus> exit = daemon->Wait(Steady::now() + kLongWait);
   REQUIRE(exit.ok());

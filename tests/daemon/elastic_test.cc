@@ -55,8 +55,8 @@ AggregatorConfig ShrinkingWorkers(int replicas) {
   config.service.call_timeout = milliseconds(5000);
   WorkerSpec worker;
   worker.name = "learner";
-  worker.command = {"tools/example_learner", "--listen", "127.0.0.1:{port}",
-                    "--batch-size", "8"};
+  worker.command = {"tools/examples/example_learner", "--listen",
+                    "127.0.0.1:{port}", "--batch-size", "8"};
   worker.replicas = replicas;
   worker.port_base = FreePortRange(replicas);
   worker.learner = true;

@@ -1,6 +1,7 @@
 // ResolveHost (lib/discovery/dns_lookup.h), the lookup of an orchestrator's
-// host, against dnsmasq (tests/dnsmasq.h) and a server that never answers,
-// with a search domain dnsmasq refuses in the environment (LOCALDOMAIN).
+// host, against dnsmasq (tests/testing/dnsmasq.h) and a server that never
+// answers, with a search domain dnsmasq refuses in the environment
+// (LOCALDOMAIN).
 #include "lib/discovery/dns_lookup.h"
 
 #include <algorithm>

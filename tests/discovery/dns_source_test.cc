@@ -1,6 +1,7 @@
-// learner_sources[].dns against a real DNS server: dnsmasq (tests/dnsmasq.h),
-// with a search domain it refuses in the environment (LOCALDOMAIN). The
-// learners are example learners on one port at several 127.0.0.x addresses.
+// learner_sources[].dns against a real DNS server: dnsmasq
+// (tests/testing/dnsmasq.h), with a search domain it refuses in the environment
+// (LOCALDOMAIN). The learners are example learners on one port at several
+// 127.0.0.x addresses.
 #include "lib/discovery/dns_source.h"
 
 #include <unistd.h>

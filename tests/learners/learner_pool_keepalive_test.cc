@@ -41,7 +41,8 @@ AggregatorConfig KeepaliveConfig(const std::string& address) {
 TEST_CASE(
     "A learner whose process is stopped leaves the ready set within "
     "keepalive.time + keepalive.timeout, and a call in flight fails then") {
-  auto learner = Spawn({"tools/example_learner", "--listen", "127.0.0.1:0"});
+  auto learner =
+      Spawn({"tools/examples/example_learner", "--listen", "127.0.0.1:0"});
   const std::string address =
       LastWord(WaitForLine(*learner, "example_learner listening on"));
   auto aggregator = StartReadyAggregator(KeepaliveConfig(address));

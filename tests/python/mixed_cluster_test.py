@@ -45,7 +45,7 @@ workers:
     min_uptime: 100ms
     stop_timeout: 5s
   - name: cc
-    command: [tools/example_learner, --listen, "127.0.0.1:{{port}}",
+    command: [tools/examples/example_learner, --listen, "127.0.0.1:{{port}}",
               --batch-size, "{CC_BATCH}"]
     replicas: 2
     port_base: {port_base + 2}

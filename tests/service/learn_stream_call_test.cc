@@ -8,7 +8,7 @@
 
 #include "lib/base/mutex.h"
 #include "tests/testing/test_cluster.h"
-#include "tools/learn_client.h"
+#include "tools/cli/learn_client.h"
 
 using namespace aggregator::testing;
 namespace pb = aggregator::v1;

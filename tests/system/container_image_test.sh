@@ -72,7 +72,7 @@ status=$($DOCKER exec "$name" aggregatorctl status)
 echo "$status"
 echo "$status" | sed -n 1p | grep ' ready ' >/dev/null || fail "status is not ready"
 
-tools/aggregatorctl --target "$learner_port" --timeout 5 resource | grep . >/dev/null ||
+tools/cli/aggregatorctl --target "$learner_port" --timeout 5 resource | grep . >/dev/null ||
   fail "no GetResource answer on $learner_port"
 echo "GetResource answers on $learner_port from the host"
 /usr/bin/python3 -c 'import sys, urllib.request

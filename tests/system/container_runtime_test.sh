@@ -8,7 +8,7 @@
 #    it with exit 0 and no worker left.
 set -euo pipefail
 dockerfile=config/Dockerfile
-bins=(daemon/aggregatord tools/aggregatorctl tools/example_learner)
+bins=(daemon/aggregatord tools/cli/aggregatorctl tools/examples/example_learner)
 
 # bookworm-slim: libc, libstdc++ and apt's own libraries.
 base="libc6 libgcc-s1 libstdc++6 zlib1g liblzma5 libzstd1 liblz4-1 libgcrypt20 libgpg-error0 libcap2 libsystemd0"

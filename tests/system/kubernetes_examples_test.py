@@ -23,7 +23,7 @@ import testutil
 
 EXAMPLES = "config/examples/kubernetes"
 AGGREGATORD = "daemon/aggregatord"
-AGGREGATORCTL = "tools/aggregatorctl"
+AGGREGATORCTL = "tools/cli/aggregatorctl"
 MODELS = {
     ("v1", "Namespace"): "V1Namespace",
     ("v1", "Service"): "V1Service",

@@ -1,4 +1,4 @@
-"""example_learner.py: the Python twin of tools/example_learner, for demos and tests.
+"""example_learner.py: the Python twin of tools/examples/example_learner, for demos and tests.
 
 Its Learn info matches the C++ example learner's, so both kinds can serve behind one
 aggregator:
@@ -21,7 +21,7 @@ _MASK = (1 << 64) - 1
 
 
 def sample_priority(data: bytes) -> float:
-    """tools/example_learner_service.cc's SamplePriority: FNV-1a over the length and the
+    """tests/testing/example_learner_service.cc's SamplePriority: FNV-1a over the length and the
     first 64 bytes, reduced to [0, 1)."""
     h = _FNV_OFFSET ^ len(data)
     for byte in data[:64]:

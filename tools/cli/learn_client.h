@@ -2,8 +2,8 @@
 // over a threshold, so that an aggregator can pass each learner its slice
 // while the rest of the batch is still on its way (proto/learner.proto).
 // Used by aggregatorctl and the tests; the bench has its own zero-copy client.
-#ifndef TOOLS_LEARN_CLIENT_H_
-#define TOOLS_LEARN_CLIENT_H_
+#ifndef TOOLS_CLI_LEARN_CLIENT_H_
+#define TOOLS_CLI_LEARN_CLIENT_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -48,4 +48,4 @@ grpc::Status LearnBatch(
 
 }  // namespace aggregator
 
-#endif  // TOOLS_LEARN_CLIENT_H_
+#endif  // TOOLS_CLI_LEARN_CLIENT_H_

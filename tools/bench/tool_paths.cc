@@ -1,4 +1,4 @@
-#include "tools/tool_paths.h"
+#include "tools/bench/tool_paths.h"
 
 #include <limits.h>
 #include <stdlib.h>

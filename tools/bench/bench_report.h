@@ -2,8 +2,8 @@
 // of sections and rows rendered as a plain-text table and as JSON.
 //
 // Thread-safety: none; the bench fills one Report from its main thread.
-#ifndef TOOLS_BENCH_REPORT_H_
-#define TOOLS_BENCH_REPORT_H_
+#ifndef TOOLS_BENCH_BENCH_REPORT_H_
+#define TOOLS_BENCH_BENCH_REPORT_H_
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -93,4 +93,4 @@ std::string FormatNumber(double value);
 
 }  // namespace aggregator
 
-#endif  // TOOLS_BENCH_REPORT_H_
+#endif  // TOOLS_BENCH_BENCH_REPORT_H_

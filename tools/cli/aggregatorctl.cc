@@ -39,7 +39,7 @@
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 #include "tests/testing/synthetic_batch.h"
-#include "tools/learn_client.h"
+#include "tools/cli/learn_client.h"
 
 namespace {
 

@@ -1,8 +1,8 @@
 // ToolPaths: where a tool under tools/ finds the binaries it runs (in its Bazel
 // runfiles, so `bazel run //tools:X` needs no flags) and what the paths its
 // user passes mean.
-#ifndef TOOLS_TOOL_PATHS_H_
-#define TOOLS_TOOL_PATHS_H_
+#ifndef TOOLS_BENCH_TOOL_PATHS_H_
+#define TOOLS_BENCH_TOOL_PATHS_H_
 
 #include <memory>
 #include <string>
@@ -41,4 +41,4 @@ std::string UserPath(const std::string& path);
 
 }  // namespace aggregator
 
-#endif  // TOOLS_TOOL_PATHS_H_
+#endif  // TOOLS_BENCH_TOOL_PATHS_H_

@@ -4,9 +4,9 @@
 // (state, parent, start time, fds, threads); the soak's figures, its pass/fail
 // verdicts and the table it prints.
 //
-// Pure functions (and /proc reads): unit-tested in tests/soak_checks_test.cc.
-#ifndef TOOLS_SOAK_CHECKS_H_
-#define TOOLS_SOAK_CHECKS_H_
+// Pure functions (and /proc reads): unit-tested in soak_checks_test.cc.
+#ifndef TOOLS_SOAK_SOAK_CHECKS_H_
+#define TOOLS_SOAK_SOAK_CHECKS_H_
 
 #include <grpcpp/grpcpp.h>
 #include <sys/types.h>
@@ -23,11 +23,12 @@
 namespace aggregator::soak {
 
 // OK when `reply` answers `request` as the aggregator must over example
-// learners (tools/example_learner_service.h): info.priority_info.priority and
-// info.priority_info.replay_unique_id have exactly one entry per sample, in
-// sample order (priority i is SamplePriority(data i), id i is sample i's
-// meta.replay_unique_id), and info.received (one count per learner) adds up
-// to the batch. Otherwise says what is wrong, at which index.
+// learners (tests/testing/example_learner_service.h):
+// info.priority_info.priority and info.priority_info.replay_unique_id have
+// exactly one entry per sample, in sample order (priority i is
+// SamplePriority(data i), id i is sample i's meta.replay_unique_id), and
+// info.received (one count per learner) adds up to the batch. Otherwise says
+// what is wrong, at which index.
 absl::Status CheckLearnReply(const aggregator::v1::LearnRequest& request,
                              const aggregator::v1::LearnReply& reply);
 
@@ -144,4 +145,4 @@ std::string FormatTable(const Figures& figures,
 
 }  // namespace aggregator::soak
 
-#endif  // TOOLS_SOAK_CHECKS_H_
+#endif  // TOOLS_SOAK_SOAK_CHECKS_H_

@@ -1,4 +1,4 @@
-#include "tools/soak_checks.h"
+#include "tools/soak/soak_checks.h"
 
 #include <dirent.h>
 #include <unistd.h>

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "lib/config/config_loader.h"
-#include "tools/bench_processes.h"
-#include "tools/bench_report.h"
+#include "tools/bench/bench_processes.h"
+#include "tools/bench/bench_report.h"
 
 namespace aggregator {
 namespace {

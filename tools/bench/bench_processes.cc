@@ -1,4 +1,4 @@
-#include "tools/bench_processes.h"
+#include "tools/bench/bench_processes.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "tools/bench_report.h"
+#include "tools/bench/bench_report.h"
 
 namespace aggregator {
 namespace {

@@ -8,7 +8,7 @@
 // //tools:supervisor_bench when built), 5 start-up and shutdown; A (only with
 // --compare-allocators) the linked tcmalloc against preloaded jemalloc and
 // full tcmalloc. Prints a table on stdout, progress on stderr, and writes JSON.
-// See tools/BENCH.md for what each row means.
+// See tools/bench/BENCH.md for what each row means.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -39,9 +39,9 @@
 #include "proto/learner.grpc.pb.h"
 #include "proto/learner_names.h"
 #include "tests/testing/synthetic_batch.h"
-#include "tools/bench_processes.h"
-#include "tools/bench_report.h"
-#include "tools/tool_paths.h"
+#include "tools/bench/bench_processes.h"
+#include "tools/bench/bench_report.h"
+#include "tools/bench/tool_paths.h"
 
 namespace aggregator {
 namespace {
@@ -1623,7 +1623,7 @@ Section Bench::NetworkInNamespace() {
 // (//third_party/system:tcmalloc), so glibc's malloc cannot be chosen by
 // environment any more; a preloaded allocator still takes precedence over the
 // linked one. The glibc figures that led to linking tcmalloc are in
-// tools/BENCH.md.
+// tools/bench/BENCH.md.
 std::vector<ChildEnv> AllocatorVariants(std::vector<std::string>* missing) {
   std::vector<ChildEnv> variants = {{"as built (tcmalloc)", {}}};
   const std::pair<const char*, const char*> preloads[] = {
@@ -1699,7 +1699,7 @@ Section Bench::Allocators() {
 
 // main -----------------------------------------------------------------------
 
-// The bench's own directory (bazel-bin/tools), where a sibling target's
+// The bench's own directory (bazel-bin/tools/bench), where a sibling target's
 // binary lands once built.
 std::string OwnDirectory() {
   const std::string exe = SelfExecutable();
@@ -1711,10 +1711,10 @@ absl::Status ResolveBinaries(const char* argv0, BenchOptions& options) {
   if (options.daemon.empty())
     options.daemon = paths.Locate("daemon/aggregatord");
   if (options.learner.empty()) {
-    options.learner = paths.Locate("tools/example_learner");
+    options.learner = paths.Locate("tools/examples/example_learner");
   }
   if (options.supervisor_bench.empty()) {
-    options.supervisor_bench = paths.Locate("tools/supervisor_bench");
+    options.supervisor_bench = paths.Locate("tools/bench/supervisor_bench");
     const std::string sibling = OwnDirectory() + "/supervisor_bench";
     if (options.supervisor_bench.empty() && Executable(sibling)) {
       options.supervisor_bench = sibling;

@@ -8,8 +8,8 @@
 // reaps it, so an error anywhere in the bench leaves no process behind.
 // Thread-safety: each object is used by the bench's main thread only
 // (DaemonProcess also runs an internal reader thread, see there).
-#ifndef TOOLS_BENCH_PROCESSES_H_
-#define TOOLS_BENCH_PROCESSES_H_
+#ifndef TOOLS_BENCH_BENCH_PROCESSES_H_
+#define TOOLS_BENCH_BENCH_PROCESSES_H_
 
 #include <sys/types.h>
 
@@ -190,4 +190,4 @@ class TempDir {
 
 }  // namespace aggregator
 
-#endif  // TOOLS_BENCH_PROCESSES_H_
+#endif  // TOOLS_BENCH_BENCH_PROCESSES_H_

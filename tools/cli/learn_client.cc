@@ -1,4 +1,4 @@
-#include "tools/learn_client.h"
+#include "tools/cli/learn_client.h"
 
 #include "proto/learner_names.h"
 

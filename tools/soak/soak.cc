@@ -15,9 +15,9 @@
 // slow and err go through each learner's --fault-file; learner PIDs come from
 // AggregatorAdmin.GetStatus (the guard's pid) and /proc (the guard's child).
 //
-// Checks (tools/soak_checks.h): every step succeeds with a merged info whose
-// per-sample lists have batch_size entries in sample order, or fails with a
-// status naming what failed; no call returns later than its deadline + slack;
+// Checks (tools/soak/soak_checks.h): every step succeeds with a merged info
+// whose per-sample lists have batch_size entries in sample order, or fails with
+// a status naming what failed; no call returns later than its deadline + slack;
 // after the chaos every learner comes back and --recovery-steps steps all
 // succeed; the daemon's RSS grows at most 10 % from the end of the warm-up to
 // the end; its fd and thread counts return to their pre-chaos baseline; no
@@ -60,9 +60,9 @@
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 #include "tests/testing/synthetic_batch.h"
-#include "tools/bench_processes.h"
-#include "tools/soak_checks.h"
-#include "tools/tool_paths.h"
+#include "tools/bench/bench_processes.h"
+#include "tools/bench/tool_paths.h"
+#include "tools/soak/soak_checks.h"
 
 namespace aggregator::soak {
 namespace {
@@ -785,7 +785,7 @@ absl::Status ResolveBinaries(const char* argv0, Options& options) {
   if (options.daemon.empty())
     options.daemon = paths.Locate("daemon/aggregatord");
   if (options.learner.empty())
-    options.learner = paths.Locate("tools/example_learner");
+    options.learner = paths.Locate("tools/examples/example_learner");
   absl::StatusOr<std::string> daemon =
       paths.Require(options.daemon, "aggregatord", "--daemon");
   if (!daemon.ok()) return daemon.status();

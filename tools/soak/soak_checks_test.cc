@@ -1,7 +1,7 @@
 // tools/soak's checks: the merged-info check accepts what a real aggregator
 // over example learners returns and rejects every misalignment; failure
 // statuses; /proc parsing; the verdicts.
-#include "tools/soak_checks.h"
+#include "tools/soak/soak_checks.h"
 
 #include <sys/types.h>
 #include <unistd.h>
