@@ -797,8 +797,10 @@ absl::Status ResolveBinaries(const char* argv0, Options& options) {
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
-  Options options;
+// The flags into `options`, checked, and the binaries found; an exit code
+// instead when the soak is not to run (CLI11's for --help or a bad flag, 2
+// after saying why).
+std::optional<int> ParseFlags(int argc, char** argv, Options& options) {
   CLI::App app{
       "soak: a chaos soak of aggregatord with 4 supervised example learners "
       "that crash, hang, slow down and err at random, plus SIGHUPs"};
@@ -869,51 +871,27 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "soak: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  // Whatever the daemon's tree leaves behind when it ends becomes ours.
-  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
-    std::perror("soak: PR_SET_CHILD_SUBREAPER");
-    return 2;
-  }
-  auto dir = TempDir::Create();
-  auto ports = FreePorts(kReplicaCount);
-  if (!dir.ok() || !ports.ok()) {
-    std::fprintf(
-        stderr, "soak: %s\n",
-        (!dir.ok() ? dir.status() : ports.status()).ToString().c_str());
-    return 2;
-  }
-  World world(options, std::move(*dir), *ports);
-  if (absl::Status s = world.WriteConfig(options.call_timeout_ms); !s.ok()) {
-    std::fprintf(stderr, "soak: %s\n", s.ToString().c_str());
-    return 2;
-  }
-  std::printf(
-      "soak: seed %llu, %lld steps (at most %.0f s), chaos every %d ms "
-      "on average, learners on 127.0.0.1:%d-%d\n",
-      static_cast<unsigned long long>(options.seed),
-      static_cast<long long>(options.steps), options.max_seconds,
-      options.chaos_interval_ms, *ports, *ports + 3);
-  std::fflush(stdout);
+  return std::nullopt;
+}
 
-  Figures figures;
-  figures.steps_requested = options.steps;
-  const Steady::time_point started = Steady::now();
-  Watchdog watchdog(&world,
-                    std::chrono::seconds(options.deadline_ms * 2 / 1000 + 60));
+// aggregatord on the soak's configuration (with --daemon-env), connected,
+// every learner ready and a task started; nullptr, after saying why, when not.
+std::unique_ptr<DaemonProcess> StartDaemon(World& world) {
+  const Options& options = world.options();
   ChildEnv env;
   for (const std::string& entry : options.daemon_env) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0) {
       std::fprintf(stderr, "soak: --daemon-env '%s': expected KEY=VALUE\n",
                    entry.c_str());
-      return 2;
+      return nullptr;
     }
     env.vars.emplace_back(entry.substr(0, eq), entry.substr(eq + 1));
   }
   auto daemon = DaemonProcess::Spawn(options.daemon, world.config_path(), env);
   if (!daemon.ok()) {
     std::fprintf(stderr, "soak: %s\n", daemon.status().ToString().c_str());
-    return 2;
+    return nullptr;
   }
   const Steady::time_point startup = Steady::now() + std::chrono::seconds(30);
   auto listening = (*daemon)->WaitListening(startup);
@@ -922,13 +900,13 @@ int Main(int argc, char** argv) {
   if (!admin.ok()) {
     std::fprintf(stderr, "soak: %s\n%s", admin.status().ToString().c_str(),
                  (*daemon)->Tail(20).c_str());
-    return 2;
+    return nullptr;
   }
   world.Connect((*daemon)->pid(), listening->address, *admin);
   if (absl::Status s = WaitRecovered(world, startup); !s.ok()) {
     std::fprintf(stderr, "soak: at start-up: %s\n%s", s.ToString().c_str(),
                  (*daemon)->Tail(20).c_str());
-    return 2;
+    return nullptr;
   }
   {
     grpc::ClientContext context;
@@ -942,18 +920,24 @@ int Main(int argc, char** argv) {
     const grpc::Status s = world.learner().StartTask(&context, request, &reply);
     if (!s.ok()) {
       std::fprintf(stderr, "soak: StartTask: %s\n", s.error_message().c_str());
-      return 2;
+      return nullptr;
     }
   }
+  return *std::move(daemon);
+}
 
-  Coordinator coordinator(&world, &figures);
-  // Clean warm-up: every connection made, then the fd and thread baseline.
+// The clean warm-up: steps before any chaos, so every connection is made;
+// then the fd and thread baselines. The daemon's thread names at the baseline,
+// or nothing, after saying why, when a step fails.
+std::optional<std::map<std::string, int>> CleanWarmUp(World& world,
+                                                      Coordinator& coordinator,
+                                                      Figures& figures) {
   for (int i = 0; i < 10; ++i) {
     world.Progress("clean warm-up");
     if (!coordinator.Step(-1 - i, /*record=*/false)) {
       std::fprintf(stderr, "soak: a step failed before any chaos: %s\n",
                    coordinator.last_failure().c_str());
-      return 2;
+      return std::nullopt;
     }
   }
   figures.fds_baseline = CountFds(world.daemon_pid());
@@ -961,45 +945,52 @@ int Main(int argc, char** argv) {
       ThreadNames(world.daemon_pid());
   figures.threads_baseline =
       CountThreads(baseline_threads, /*grpc_pools=*/false);
+  return baseline_threads;
+}
 
+// The chaos phase: --steps steps (fewer past --max-seconds from `started`)
+// while Chaos strikes, with the RSS sampled along the way.
+void RunChaos(World& world, Coordinator& coordinator,
+              Steady::time_point started, Figures& figures) {
+  const Options& options = world.options();
   const Steady::time_point stop_at =
       started + milliseconds(static_cast<int64_t>(options.max_seconds * 1000));
-  {
-    Chaos chaos(&world, options.seed);
-    chaos.Start();
-    for (int64_t step = 0; step < options.steps; ++step) {
-      if (Steady::now() >= stop_at) {
-        figures.time_bound_hit = true;
-        break;
-      }
-      world.Progress(absl::StrCat("chaos step ", step));
-      coordinator.Step(step, /*record=*/true);
-      // The coordinator's own work between steps (sampling, training): it
-      // gives the chaos time to act, measured in steps rather than in calls.
-      std::this_thread::sleep_for(milliseconds(options.pause_ms));
-      if (step + 1 == options.warmup_steps) {
-        figures.rss_baseline_kib = RssKiB(world.daemon_pid());
-      }
-      if ((step + 1) % std::max<int64_t>(1, options.steps / 10) == 0) {
-        figures.rss_samples.emplace_back(step + 1, RssKiB(world.daemon_pid()));
-      }
-      if (step % 100 == 99) {
-        std::fprintf(stderr, "soak: %lld steps, %lld ok\n",
-                     static_cast<long long>(step + 1),
-                     static_cast<long long>(figures.steps_ok));
-      }
+  Chaos chaos(&world, options.seed);
+  chaos.Start();
+  for (int64_t step = 0; step < options.steps; ++step) {
+    if (Steady::now() >= stop_at) {
+      figures.time_bound_hit = true;
+      break;
     }
-    if (figures.rss_baseline_kib == 0) {
-      figures.rss_baseline_kib = RssKiB(world.daemon_pid());  // short run
+    world.Progress(absl::StrCat("chaos step ", step));
+    coordinator.Step(step, /*record=*/true);
+    // The coordinator's own work between steps (sampling, training): it
+    // gives the chaos time to act, measured in steps rather than in calls.
+    std::this_thread::sleep_for(milliseconds(options.pause_ms));
+    if (step + 1 == options.warmup_steps) {
+      figures.rss_baseline_kib = RssKiB(world.daemon_pid());
     }
-    world.Progress("ending the chaos");
-    chaos.Stop();
-    figures.chaos_events = chaos.events();
-    figures.lingering_zombies = chaos.lingering_zombies();
+    if ((step + 1) % std::max<int64_t>(1, options.steps / 10) == 0) {
+      figures.rss_samples.emplace_back(step + 1, RssKiB(world.daemon_pid()));
+    }
+    if (step % 100 == 99) {
+      std::fprintf(stderr, "soak: %lld steps, %lld ok\n",
+                   static_cast<long long>(step + 1),
+                   static_cast<long long>(figures.steps_ok));
+    }
   }
-  coordinator.Summarize();
+  if (figures.rss_baseline_kib == 0) {
+    figures.rss_baseline_kib = RssKiB(world.daemon_pid());  // short run
+  }
+  world.Progress("ending the chaos");
+  chaos.Stop();
+  figures.chaos_events = chaos.events();
+  figures.lingering_zombies = chaos.lingering_zombies();
+}
 
-  // Recovery: every learner back, then steps that must all succeed.
+// Recovery: every learner back, then steps that must all succeed.
+void Recover(World& world, Coordinator& coordinator, Figures& figures) {
+  const Options& options = world.options();
   if (absl::Status s =
           WaitRecovered(world, Steady::now() + std::chrono::seconds(30));
       !s.ok()) {
@@ -1017,6 +1008,14 @@ int Main(int argc, char** argv) {
       }
     }
   }
+}
+
+// What the daemon holds once it has settled after the chaos: fds, threads,
+// zombies, RSS; and a last look at its workers' processes.
+void MeasureSettled(World& world,
+                    const std::map<std::string, int>& baseline_threads,
+                    Figures& figures) {
+  const Options& options = world.options();
   const pid_t pid = world.daemon_pid();
   const Steady::time_point settle = Steady::now() + std::chrono::seconds(10);
   figures.fds_end = WaitAtMost(
@@ -1058,9 +1057,15 @@ int Main(int argc, char** argv) {
   if (auto status = world.Status(); status.ok()) {
     world.Processes(*status, ListProcs());
   }
+}
 
+// SIGTERM to the daemon and how it exited; then every process the soak saw
+// that outlived it, counted and killed.
+void StopDaemon(World& world, std::unique_ptr<DaemonProcess> daemon,
+                Figures& figures) {
+  const pid_t pid = world.daemon_pid();
   world.Progress("daemon stopping");
-  auto stopped = (*daemon)->Terminate(Steady::now() + std::chrono::seconds(30));
+  auto stopped = daemon->Terminate(Steady::now() + std::chrono::seconds(30));
   if (stopped.ok()) {
     figures.daemon_exit_ok = true;
     figures.daemon_exit =
@@ -1087,10 +1092,10 @@ int Main(int argc, char** argv) {
   }
   figures.leftovers = static_cast<int>(leftovers.size());
   figures.leftover_list = absl::StrJoin(leftovers, ", ");
-  daemon->reset();
-  figures.wall_seconds =
-      std::chrono::duration<double>(Steady::now() - started).count();
+}
 
+// The verdicts, as a table on stdout; the exit code.
+int Report(const Figures& figures, const Options& options) {
   Limits limits;
   limits.max_rss_growth_percent = options.max_rss_growth;
   limits.fd_slack = options.fd_slack;
@@ -1101,6 +1106,57 @@ int Main(int argc, char** argv) {
   const bool passed = std::all_of(verdicts.begin(), verdicts.end(),
                                   [](const Verdict& v) { return v.passed; });
   return passed ? 0 : 1;
+}
+
+int Main(int argc, char** argv) {
+  Options options;
+  if (std::optional<int> exit = ParseFlags(argc, argv, options)) return *exit;
+  // Whatever the daemon's tree leaves behind when it ends becomes ours.
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    std::perror("soak: PR_SET_CHILD_SUBREAPER");
+    return 2;
+  }
+  auto dir = TempDir::Create();
+  auto ports = FreePorts(kReplicaCount);
+  if (!dir.ok() || !ports.ok()) {
+    std::fprintf(
+        stderr, "soak: %s\n",
+        (!dir.ok() ? dir.status() : ports.status()).ToString().c_str());
+    return 2;
+  }
+  World world(options, std::move(*dir), *ports);
+  if (absl::Status s = world.WriteConfig(options.call_timeout_ms); !s.ok()) {
+    std::fprintf(stderr, "soak: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  std::printf(
+      "soak: seed %llu, %lld steps (at most %.0f s), chaos every %d ms "
+      "on average, learners on 127.0.0.1:%d-%d\n",
+      static_cast<unsigned long long>(options.seed),
+      static_cast<long long>(options.steps), options.max_seconds,
+      options.chaos_interval_ms, *ports, *ports + 3);
+  std::fflush(stdout);
+
+  Figures figures;
+  figures.steps_requested = options.steps;
+  const Steady::time_point started = Steady::now();
+  Watchdog watchdog(&world,
+                    std::chrono::seconds(options.deadline_ms * 2 / 1000 + 60));
+  std::unique_ptr<DaemonProcess> daemon = StartDaemon(world);
+  if (daemon == nullptr) return 2;
+
+  Coordinator coordinator(&world, &figures);
+  const std::optional<std::map<std::string, int>> baseline_threads =
+      CleanWarmUp(world, coordinator, figures);
+  if (!baseline_threads.has_value()) return 2;
+  RunChaos(world, coordinator, started, figures);
+  coordinator.Summarize();
+  Recover(world, coordinator, figures);
+  MeasureSettled(world, *baseline_threads, figures);
+  StopDaemon(world, std::move(daemon), figures);
+  figures.wall_seconds =
+      std::chrono::duration<double>(Steady::now() - started).count();
+  return Report(figures, options);
 }
 
 }  // namespace
