@@ -191,8 +191,6 @@ absl::StatusOr<double> LargeLearnClient::Answer(const char* method,
   return ToMs(took);
 }
 
-grpc::GenericStub stub_;
-
 Section Bench::Run(Section section,
                    const std::function<absl::Status(Section&)>& body) {
   Progress(absl::StrCat("section ", section.id, ": ", section.title));
