@@ -68,6 +68,7 @@ struct BenchOptions {
   bool compare_allocators = false;
   std::string daemon;
   std::string learner;
+  std::string minimal_relay;
   std::string supervisor_bench;
   std::vector<std::string> env;
   std::string preload;

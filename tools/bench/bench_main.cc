@@ -44,6 +44,9 @@ absl::Status ResolveBinaries(const char* argv0, BenchOptions& options) {
   if (options.learner.empty()) {
     options.learner = paths.Locate("tools/examples/example_learner");
   }
+  if (options.minimal_relay.empty()) {
+    options.minimal_relay = paths.Locate("tools/bench/minimal_relay");
+  }
   if (options.supervisor_bench.empty()) {
     options.supervisor_bench = paths.Locate("tools/bench/supervisor_bench");
     const std::string sibling = OwnDirectory() + "/supervisor_bench";
@@ -57,8 +60,12 @@ absl::Status ResolveBinaries(const char* argv0, BenchOptions& options) {
   absl::StatusOr<std::string> learner =
       paths.Require(options.learner, "example_learner", "--learner");
   if (!learner.ok()) return learner.status();
+  absl::StatusOr<std::string> minimal_relay =
+      paths.Require(options.minimal_relay, "minimal_relay", "--minimal-relay");
+  if (!minimal_relay.ok()) return minimal_relay.status();
   options.daemon = *std::move(daemon);
   options.learner = *std::move(learner);
+  options.minimal_relay = *std::move(minimal_relay);
   return absl::OkStatus();
 }
 
@@ -106,6 +113,7 @@ nlohmann::json OptionsJson(const BenchOptions& o, const ChildEnv& env) {
           {"compare_allocators", o.compare_allocators},
           {"daemon", o.daemon},
           {"learner", o.learner},
+          {"minimal_relay", o.minimal_relay},
           {"supervisor_bench", o.supervisor_bench},
           {"child_env", env.label},
           {"child_env_vars", env.vars}};
@@ -179,6 +187,9 @@ int Main(int argc, char** argv) {
                  "aggregatord binary (default: from the runfiles)");
   app.add_option("--learner", options.learner,
                  "example_learner binary (default: from the runfiles)");
+  app.add_option("--minimal-relay", options.minimal_relay,
+                 "minimal_relay binary, section 1's floor (default: from the "
+                 "runfiles)");
   app.add_option("--supervisor-bench", options.supervisor_bench,
                  "supervisor_bench binary (default: built next to bench)");
   app.add_option("--env", options.env,
@@ -207,6 +218,7 @@ int Main(int argc, char** argv) {
   options.json_path = UserPath(options.json_path);
   options.daemon = UserPath(options.daemon);
   options.learner = UserPath(options.learner);
+  options.minimal_relay = UserPath(options.minimal_relay);
   options.supervisor_bench = UserPath(options.supervisor_bench);
   options.preload = UserPath(options.preload);
   options.baseline_daemon = UserPath(options.baseline_daemon);

@@ -51,29 +51,35 @@ std::string ReadWholeFile(const std::string& path, bool* ok) {
 absl::StatusOr<std::unique_ptr<LearnerProcess>> LearnerProcess::Spawn(
     const std::string& binary, int64_t batch_size, const ChildEnv& env,
     const std::string& host) {
+  return SpawnServer({binary, "--listen", absl::StrCat(host, ":0"),
+                      "--batch-size", absl::StrCat(batch_size)},
+                     env, "example_learner");
+}
+
+absl::StatusOr<std::unique_ptr<LearnerProcess>> LearnerProcess::SpawnServer(
+    std::vector<std::string> argv, const ChildEnv& env, std::string name) {
   SubprocessOptions options;
-  options.argv = {binary, "--listen", absl::StrCat(host, ":0"), "--batch-size",
-                  absl::StrCat(batch_size)};
+  options.argv = std::move(argv);
   options.env = env.vars;
   auto process = Subprocess::Start(options);
   if (!process.ok()) return process.status();
   return std::unique_ptr<LearnerProcess>(
-      new LearnerProcess(std::move(*process)));
+      new LearnerProcess(std::move(*process), std::move(name)));
 }
 
 LearnerProcess::~LearnerProcess() { process_->Stop(kStopGrace); }
 
 absl::Status LearnerProcess::WaitListening(BenchClock::time_point deadline) {
-  constexpr char kPrefix[] = "example_learner listening on ";
+  const std::string prefix = name_ + " listening on ";
   while (true) {
     auto line = process_->ReadLine(deadline);
     if (!line.ok()) {
       return absl::Status(line.status().code(),
-                          absl::StrCat("example_learner (pid ", process_->pid(),
+                          absl::StrCat(name_, " (pid ", process_->pid(),
                                        ") did not report its address: ",
                                        line.status().message()));
     }
-    if (absl::StartsWith(*line, kPrefix)) {
+    if (absl::StartsWith(*line, prefix)) {
       address_ = LastWord(*line);
       return absl::OkStatus();
     }

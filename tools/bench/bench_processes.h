@@ -40,16 +40,20 @@ struct ChildEnv {
   std::vector<std::pair<std::string, std::string>> vars;
 };
 
-// One example_learner process.
+// One process serving the Learner API: an example_learner, or the
+// minimal_relay over some.
 class LearnerProcess {
  public:
   // Spawns `binary --listen HOST:0 --batch-size N`; does not wait.
   static absl::StatusOr<std::unique_ptr<LearnerProcess>> Spawn(
       const std::string& binary, int64_t batch_size, const ChildEnv& env,
       const std::string& host = "127.0.0.1");
+  // Spawns `argv`, a program that prints "<name> listening on ADDR".
+  static absl::StatusOr<std::unique_ptr<LearnerProcess>> SpawnServer(
+      std::vector<std::string> argv, const ChildEnv& env, std::string name);
   ~LearnerProcess();
 
-  // Reads its "example_learner listening on ADDR" line.
+  // Reads its "<name> listening on ADDR" line.
   absl::Status WaitListening(BenchClock::time_point deadline);
 
   const std::string& address() const { return address_; }
@@ -57,12 +61,13 @@ class LearnerProcess {
   Subprocess& process() { return *process_; }
 
  private:
-  explicit LearnerProcess(std::unique_ptr<Subprocess> process)
-      : process_(std::move(process)) {}
+  LearnerProcess(std::unique_ptr<Subprocess> process, std::string name)
+      : process_(std::move(process)), name_(std::move(name)) {}
 
   // Learners print one line and then (barring errors) nothing, so their pipes
   // never fill and need no reader thread.
   std::unique_ptr<Subprocess> process_;
+  const std::string name_;
   std::string address_;
 };
 

@@ -104,8 +104,8 @@ Section Bench::SmallCalls() {
   const int warmup = std::max(20, iterations / 10);
   const bool baseline = !options_.baseline_daemon.empty();
   Section section{
-      "1", absl::StrCat("Small calls: 4 learners via aggregatord vs 1 "
-                        "learner direct (",
+      "1", absl::StrCat("Small calls: 4 learners via aggregatord and via the "
+                        "minimal relay vs 1 learner direct (",
                         iterations, " calls each after ", warmup,
                         " warm-up, interleaved",
                         baseline ? ", with the baseline daemon" : "", ")")};
@@ -116,6 +116,21 @@ Section Bench::SmallCalls() {
     if (!direct_learner.ok()) return direct_learner.status();
     auto daemon = StartDaemon(learners->Addresses(4), env_);
     if (!daemon.ok()) return daemon.status();
+    // The floor: the least a relay does for the same fan-out.
+    std::vector<std::string> relay_argv = {options_.minimal_relay, "--listen",
+                                           "127.0.0.1:0"};
+    for (const std::string& address : learners->Addresses(4)) {
+      relay_argv.insert(relay_argv.end(), {"--learner", address});
+    }
+    auto minimal_relay =
+        LearnerProcess::SpawnServer(relay_argv, env_, "minimal_relay");
+    if (!minimal_relay.ok()) return minimal_relay.status();
+    if (absl::Status s =
+            (*minimal_relay)->WaitListening(Clock::now() + kStartDeadline);
+        !s.ok()) {
+      return s;
+    }
+    auto relayed = pb::Learner::NewStub(Channel((*minimal_relay)->address()));
     auto aggregated = pb::Learner::NewStub(Channel(daemon->address));
     auto direct = pb::Learner::NewStub(Channel((*direct_learner)[0].address()));
     // The baseline daemon (another build) serves the same learners.
@@ -184,10 +199,10 @@ Section Bench::SmallCalls() {
     };
     for (const Method& method : methods) {
       const bool learn = absl::StartsWith(method.name, "Learn");
-      std::vector<double> via, via_old, to_one;
+      std::vector<double> via, via_old, via_relay, to_one;
       auto timed = [&](pb::Learner::Stub& stub, const char* where,
                        std::vector<double>* out, bool keep) -> absl::Status {
-        if (learn && &stub != direct.get()) {
+        if (learn && &stub != direct.get() && &stub != relayed.get()) {
           if (absl::Status s = plan(stub); !s.ok()) return s;
         }
         auto ms = time_call(stub, method.call);
@@ -212,6 +227,11 @@ Section Bench::SmallCalls() {
             return s;
           }
         }
+        if (absl::Status s =
+                timed(*relayed, "via the minimal relay", &via_relay, keep);
+            !s.ok()) {
+          return s;
+        }
         if (absl::Status s = timed(*direct, "direct", &to_one, keep); !s.ok()) {
           return s;
         }
@@ -233,17 +253,37 @@ Section Bench::SmallCalls() {
       }
       const Summary a = Summarize(via);
       const Summary d = Summarize(to_one);
+      const Summary r = Summarize(via_relay);
       const double ratio = a.median / d.median;
       Row median{absl::StrCat(method.name, " via aggregatord, median")};
       median.value = a.median;
       median.unit = "ms";
-      median.comparison = absl::StrCat(Times(ratio), " direct (",
-                                       FormatNumber(d.median), " ms)");
+      median.comparison =
+          absl::StrCat(Times(ratio), " direct (", FormatNumber(d.median),
+                       " ms), ", Times(a.median / r.median),
+                       " the minimal relay (", FormatNumber(r.median), " ms)");
       median.ratio = ratio;
       median.target = absl::StrCat("≤ ", method.target_ms, " ms");
       median.verdict = AtMost(a.median, method.target_ms);
-      median.details = {{"aggregated_ms", ToJson(a)}, {"direct_ms", ToJson(d)}};
+      median.details = {{"aggregated_ms", ToJson(a)},
+                        {"direct_ms", ToJson(d)},
+                        {"minimal_relay_ms", ToJson(r)}};
       section.rows.push_back(std::move(median));
+
+      // The floor: aggregatord against the least a relay does, in the same
+      // interleaving (issue 25: within 1.15x for GetData and Learn).
+      Row floor{absl::StrCat(method.name, " aggregatord / the minimal relay")};
+      floor.value = a.median / r.median;
+      floor.unit = "×";
+      floor.ratio = floor.value;
+      floor.comparison =
+          absl::StrCat("medians; the relay ", Times(r.median / d.median),
+                       " direct, p99 ", FormatNumber(r.p99), " ms");
+      if (!absl::StartsWith(method.name, "GetResource")) {
+        floor.target = "≤ 1.15×";
+        floor.verdict = AtMost(*floor.value, 1.15);
+      }
+      section.rows.push_back(std::move(floor));
 
       Row p99{absl::StrCat(method.name, " via aggregatord, p99")};
       p99.value = a.p99;
