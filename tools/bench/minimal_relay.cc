@@ -42,13 +42,15 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
   return bytes;
 }
 
-// A LearnRequest cut into `parts` requests: the samples (field 1) in equal
-// consecutive runs, every other field copied to each. Read on the wire, as a
-// relay that splits must at least do.
-std::vector<std::string> SplitLearn(const std::string& request, int parts) {
+// A LearnRequest (`request`, which must outlive the result) cut into `parts`
+// requests: the samples (field 1) in equal consecutive runs, every other field
+// in each. Read on the wire, as a relay that splits must at least do; each
+// part's slices point into `request`, so no sample is copied.
+std::vector<std::vector<grpc::Slice>> SplitLearn(const std::string& request,
+                                                 int parts) {
   using google::protobuf::internal::WireFormatLite;
-  std::vector<std::pair<size_t, size_t>> samples;  // offset, length
-  std::string common;
+  using Range = std::pair<size_t, size_t>;  // offset, length
+  std::vector<Range> samples, common;
   google::protobuf::io::CodedInputStream in(
       reinterpret_cast<const uint8_t*>(request.data()),
       static_cast<int>(request.size()));
@@ -56,17 +58,27 @@ std::vector<std::string> SplitLearn(const std::string& request, int parts) {
     const size_t start = in.CurrentPosition();
     const uint32_t tag = in.ReadTag();
     if (tag == 0 || !WireFormatLite::SkipField(&in, tag)) break;
-    const size_t length = in.CurrentPosition() - start;
-    if (WireFormatLite::GetTagFieldNumber(tag) == 1) {
-      samples.emplace_back(start, length);
+    const Range field(start, in.CurrentPosition() - start);
+    (WireFormatLite::GetTagFieldNumber(tag) == 1 ? samples : common)
+        .push_back(field);
+  }
+  // Adjacent fields go out as one slice.
+  std::vector<std::vector<Range>> ranges(parts, common);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    std::vector<Range>& part = ranges[i * parts / samples.size()];
+    if (!part.empty() &&
+        part.back().first + part.back().second == samples[i].first) {
+      part.back().second += samples[i].second;
     } else {
-      common.append(request, start, length);
+      part.push_back(samples[i]);
     }
   }
-  std::vector<std::string> requests(parts, common);
-  for (size_t i = 0; i < samples.size(); ++i) {
-    requests[i * parts / samples.size()].append(request, samples[i].first,
-                                                samples[i].second);
+  std::vector<std::vector<grpc::Slice>> requests(parts);
+  for (int i = 0; i < parts; ++i) {
+    for (const Range& range : ranges[i]) {
+      requests[i].emplace_back(request.data() + range.first, range.second,
+                               grpc::Slice::STATIC_SLICE);
+    }
   }
   return requests;
 }
@@ -90,9 +102,10 @@ class RelayedCall : public grpc::ServerGenericBidiReactor {
       return;
     }
     const int parts = static_cast<int>(learners_.size());
-    std::vector<std::string> requests;
+    std::vector<std::vector<grpc::Slice>> requests;
     if (context_->method() == kLearnMethod) {
-      requests = SplitLearn(Flatten(request_), parts);
+      learn_ = Flatten(request_);
+      requests = SplitLearn(learn_, parts);
     }
     for (int i = 0; i < parts; ++i) {
       Upstream& call = calls_[i];
@@ -101,8 +114,7 @@ class RelayedCall : public grpc::ServerGenericBidiReactor {
       if (requests.empty()) {
         call.request = request_;
       } else {
-        grpc::Slice slice(requests[i]);
-        call.request = grpc::ByteBuffer(&slice, 1);
+        call.request = grpc::ByteBuffer(requests[i].data(), requests[i].size());
       }
       learners_[i]->UnaryCall(&call.context, context_->method(),
                               grpc::StubOptions(), &call.request,
@@ -142,6 +154,7 @@ class RelayedCall : public grpc::ServerGenericBidiReactor {
   grpc::GenericCallbackServerContext* const context_;
   std::vector<std::unique_ptr<grpc::GenericStub>>& learners_;
   grpc::ByteBuffer request_;
+  std::string learn_;  // a Learn's bytes, which its parts' slices point into
   grpc::ByteBuffer reply_;
   std::vector<Upstream> calls_;
   std::atomic<int> remaining_;
