@@ -1,13 +1,13 @@
 #include "lib/process/adopted.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -32,6 +32,22 @@ std::set<pid_t>& Owned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(RegistryMutex()) {
   return *owned;
 }
 
+// /proc/<pid>/stat, or "" when it cannot be read. Plain read(2): a process
+// may end between open and read (ESRCH), which std::ifstream's buffer turns
+// into an exception that would end the caller.
+std::string ReadStat(const char* pid) {
+  const int fd = open(("/proc/" + std::string(pid) + "/stat").c_str(),
+                      O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buffer[1024];  // pid, comm (at most 64 bytes), then numbers
+  ssize_t n;
+  do {
+    n = read(fd, buffer, sizeof(buffer));
+  } while (n < 0 && errno == EINTR);
+  close(fd);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : "";
+}
+
 // This process's unregistered children in `scope`: each /proc/<pid>/stat
 // whose ppid is us, with its state ('Z' for a zombie).
 std::vector<std::pair<pid_t, char>> Adopted(AdoptedScope scope)
@@ -44,9 +60,7 @@ std::vector<std::pair<pid_t, char>> Adopted(AdoptedScope scope)
   while (dirent* entry = readdir(proc)) {
     int pid = 0;
     if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
-    std::ifstream in("/proc/" + std::string(entry->d_name) + "/stat");
-    std::string stat((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+    const std::string stat = ReadStat(entry->d_name);
     // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
     const size_t close_paren = stat.rfind(')');
     if (close_paren == std::string::npos) continue;
