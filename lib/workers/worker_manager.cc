@@ -41,6 +41,10 @@ constexpr size_t kReadBudget = 64 * 1024;
 constexpr size_t kDrainBudget = 1024 * 1024;
 // Channel frames handled per wake-up of one replica, so none starves another.
 constexpr int kChannelBudget = 16;
+// New replicas started per round of the loop: a worker of hundreds of replicas
+// starts over many rounds, so Apply (and the listeners, at start-up) never
+// waits for all of them, and exits and commands are handled in between.
+constexpr int kStartsPerRound = 8;
 // How long SIGKILLed processes get to be reaped once Shutdown's deadline has
 // passed before the manager gives up waiting on them.
 constexpr milliseconds kKillWait(5000);
@@ -139,6 +143,8 @@ struct WorkerManager::Replica {
   TimePoint started_at{};
   // STARTING: when it counts as running. BACKOFF: when it restarts.
   TimePoint due{};
+  // New, waiting for its turn to start (StartPending); STARTING meanwhile.
+  bool start_pending = false;
   AfterStop after_stop = AfterStop::kStay;
   // channel: true: the daemon's end of the worker channel while it runs, and
   // the port it announced on it (a learner worker joins the pool then).
@@ -281,6 +287,7 @@ void WorkerManager::Run() {
       }
     }
     RunDueTimers();
+    if (!stopping_all_) StartPending();
     bool finished = stopping_all_ && !AnyProcess();
     if (stopping_all_ && !finished) {
       const Steady::time_point now = Steady::now();
@@ -371,7 +378,7 @@ void WorkerManager::Reconcile(const std::vector<WorkerSpec>& specs) {
       replica->spec = shared;
       Replica& ref = *replica;
       worker.replicas.emplace(index, std::move(replica));
-      StartReplica(worker, ref);
+      ref.start_pending = true;
     }
   }
   for (auto& [name, worker] : workers_) {
@@ -391,9 +398,23 @@ void WorkerManager::Reconcile(const std::vector<WorkerSpec>& specs) {
   }
 }
 
+void WorkerManager::StartPending() {
+  int budget = kStartsPerRound;
+  for (const std::string& name : order_) {
+    auto it = workers_.find(name);
+    if (it == workers_.end()) continue;
+    for (auto& [index, replica] : it->second->replicas) {
+      if (!replica->start_pending) continue;
+      if (budget-- == 0) return;
+      StartReplica(*it->second, *replica);
+    }
+  }
+}
+
 void WorkerManager::StartReplica(Worker& worker, Replica& replica) {
   const WorkerSpec& spec = *replica.spec;
   const TimePoint now = clock_->Now();
+  replica.start_pending = false;
   replica.state = WorkerState::kStarting;
   replica.started_at = now;
   replica.due = now + spec.min_uptime;
@@ -506,6 +527,7 @@ void WorkerManager::AfterExit(Worker& worker, Replica& replica,
 
 void WorkerManager::Stop(Worker& worker, Replica& replica, AfterStop after) {
   replica.after_stop = after;
+  replica.start_pending = false;
   if (replica.process == nullptr) {
     Stopped(worker, replica);
     return;
@@ -675,7 +697,9 @@ void WorkerManager::PollOnce() {
   for (auto& [name, worker] : workers_) {
     for (auto& [index, replica_ptr] : worker->replicas) {
       Replica& replica = *replica_ptr;
-      if (replica.stopping()) {
+      if (replica.start_pending) {
+        timeout = milliseconds(0);  // the next round starts more
+      } else if (replica.stopping()) {
         if (auto due = replica.process->kill_due()) wait_for(*due);
       } else if (replica.state == WorkerState::kStarting ||
                  replica.state == WorkerState::kBackoff) {

@@ -148,6 +148,8 @@ class WorkerManager {
   void Run();
   void Reconcile(const std::vector<WorkerSpec>& specs);
   void StartReplica(Worker& worker, Replica& replica);
+  // Starts the next few new replicas (kStartsPerRound), in worker order.
+  void StartPending();
   void OnExit(Worker& worker, Replica& replica, const ExitStatus& status);
   // The replica's process ended (or never started), as `what` says: restarts
   // it after its backoff, or marks it STOPPED or FAILED.

@@ -723,6 +723,30 @@ TEST_CASE("Apply scales replicas, restarts changed specs, removes workers") {
   CHECK(ZombieChildren().empty());
 }
 
+TEST_CASE("Apply returns before a worker of many replicas has started all") {
+  // Starting is not free (a guarded start loads the daemon's binary): the
+  // listeners, which open after Apply at start-up, must not wait for them.
+  Harness h;
+  WorkerSpec spec = Shell("many", "exec sleep 1000");
+  spec.replicas = 200;
+  h.Apply({spec});
+  auto started = [](const std::vector<WorkerSnapshot>& all) {
+    return std::count_if(all.begin(), all.end(),
+                         [](const WorkerSnapshot& s) { return s.pid != 0; });
+  };
+  const std::vector<WorkerSnapshot> at_return = h.manager().Status();
+  CHECK(at_return.size() == 200);
+  CHECK(started(at_return) < 200);
+  for (const WorkerSnapshot& status : at_return) {
+    CHECK(status.state == WorkerState::kStarting);
+  }
+  // The rest follow on the manager's next rounds, without another command.
+  const bool all_started =
+      h.WaitFor([&](const auto& all) { return started(all) == 200; });
+  INFO(h.Describe());
+  CHECK(all_started);
+}
+
 TEST_CASE("Apply rejects specs the manager cannot run") {
   Harness harness;
   WorkerSpec spec = Shell("dup", "exit 0");
