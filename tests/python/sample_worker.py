@@ -1,6 +1,7 @@
 """A small supervised worker for the tests: sample_worker.py [ok|init-fail].
 
-ok:        serves a Counter (methods add, fail, crash; attributes count, pid, name).
+ok:        serves a Counter (methods add, fail, crash, interrupt, quit; attributes
+           count, pid, name).
 init-fail: its factory raises, which run_worker reports as INIT_FAILED.
 """
 
@@ -31,6 +32,12 @@ class Counter:
 
     def crash(self) -> None:
         os._exit(70)  # as a crash: no reply
+
+    def interrupt(self) -> None:
+        raise KeyboardInterrupt("pressed")
+
+    def quit(self, code: float) -> None:
+        raise SystemExit(int(code))
 
 
 def broken_factory() -> Counter:

@@ -41,6 +41,8 @@ class RecordingLearner:
     def learn(self, samples):
         if any(s.meta.get("fail") for s in samples):
             raise ValueError("bad sample " + samples[0].meta["fail"])
+        if any(s.meta.get("interrupt") for s in samples):
+            raise KeyboardInterrupt("pressed")
         if any(s.meta.get("refuse") for s in samples):
             raise LearnerError(grpc.StatusCode.FAILED_PRECONDITION, "no task open")
         self.samples.extend(samples)
@@ -99,6 +101,14 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, grpc.StatusCode.INTERNAL)
         self.assertEqual(caught.exception.details, "ValueError: bad sample #7")
         self.assertIn("Learn: INTERNAL: ValueError: bad sample #7", str(caught.exception))
+        self.assertEqual(self.client.resource()["gpus"], 2)
+
+    def test_keyboard_interrupt_is_answered_and_the_server_goes_on(self):
+        # Unanswered, the call would wait out the client's deadline (DEADLINE_EXCEEDED).
+        with self.assertRaises(AggregatorError) as caught:
+            self.client.learn([Sample(b"", {"interrupt": True})])
+        self.assertEqual(caught.exception.code, grpc.StatusCode.INTERNAL)
+        self.assertEqual(caught.exception.details, "KeyboardInterrupt: pressed")
         self.assertEqual(self.client.resource()["gpus"], 2)
 
     def test_learner_error_code_passes_through(self):

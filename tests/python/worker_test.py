@@ -104,6 +104,18 @@ class RunWorkerTest(unittest.TestCase):
         child.channel.close()  # the end of the channel ends the worker cleanly
         self.assertEqual(child.wait(), 0)
 
+    def test_keyboard_interrupt_and_system_exit_are_answered(self):
+        child = self.start()
+        child.read()
+        reply = child.call("1", "interrupt")
+        self.assertEqual(reply.error.kind, Kind.KIND_FAILED)
+        self.assertEqual(reply.error.message, "KeyboardInterrupt: pressed")
+        self.assertEqual(from_value(child.call("2", "add", 1).data), 1.0)  # still serving
+        reply = child.call("3", "quit", 5)
+        self.assertEqual(reply.error.kind, Kind.KIND_FAILED)
+        self.assertEqual(reply.error.message, "SystemExit: 5")
+        self.assertEqual(child.wait(), 5)  # then exits with its code
+
     def test_init_failure(self):
         child = self.start("init-fail")
         init = child.read()

@@ -15,14 +15,18 @@ The learner object has
     close_task()                     may return a message string
 Calls into it are serialized (one at a time), so it need not be thread-safe. A method
 that raises fails its RPC with INTERNAL (or a LearnerError's code) and the message
-"<ExceptionType>: <message>"; the server goes on serving. A missing method is
-UNIMPLEMENTED. grpc.health.v1 is served too: SERVING from start() until stop().
+"<ExceptionType>: <message>"; the server goes on serving. KeyboardInterrupt and
+SystemExit are answered the same way (a handler thread would otherwise swallow them and
+leave the caller waiting for its deadline); after SystemExit's answer the process exits
+with its code (serve() drains first and raises it in the main thread; a LearnerServer
+alone exits at once). A missing method is UNIMPLEMENTED. grpc.health.v1 is served too: SERVING from start() until stop().
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import os
 import signal
 import sys
 import threading
@@ -46,9 +50,11 @@ LEARNER_SERVICE = "aggregator.v1.Learner"
 class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
     """Translates between the Learner RPCs and the learner object's methods."""
 
-    def __init__(self, learner: Any, lock: threading.Lock) -> None:
+    def __init__(self, learner: Any, lock: threading.Lock,
+                 on_exit: Callable[[Any], None]) -> None:
         self._learner = learner
         self._lock = lock
+        self._on_exit = on_exit
 
     def _call(self, context: grpc.ServicerContext, name: str, *args: Any,
               **kwargs: Any) -> Any:
@@ -63,6 +69,13 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
             context.abort(e.code, f"{type(e).__name__}: {e}")
         except Exception as e:
             _log.exception("learner %s() raised", name)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+        except BaseException as e:  # KeyboardInterrupt, SystemExit: answered all the same
+            _log.error("learner %s() raised %s", name, type(e).__name__)
+            if isinstance(e, SystemExit):
+                code = e.code
+                # Runs once the answer has gone out (the RPC has terminated).
+                context.add_callback(lambda: self._on_exit(code))
             context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
 
     def _convert(self, context: grpc.ServicerContext, name: str,
@@ -159,6 +172,8 @@ class LearnerServer:
         self.lock = threading.Lock()
         self._server: Optional[grpc.Server] = None
         self._port: Optional[int] = None
+        # What a learner's SystemExit does once answered; serve() replaces it.
+        self.on_exit: Callable[[Any], None] = _exit_now
 
     def _options(self) -> list:
         return [
@@ -206,7 +221,8 @@ class LearnerServer:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._max_workers),
                              options=self._options())
         learner_pb2_grpc.add_LearnerServicer_to_server(
-            _LearnerServicer(self.learner, self.lock), server)
+            _LearnerServicer(self.learner, self.lock, lambda code: self.on_exit(code)),
+            server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         self._port = self._bind(server)
         server.start()
@@ -238,6 +254,22 @@ class LearnerServer:
         self.stop(None)
 
 
+def _exit_now(code: Any) -> None:
+    """Exits the process as SystemExit(code) would from the main thread, but from any
+    thread: a learner asked for it, and no one else will act on it."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if code is None:
+        os._exit(0)
+    if isinstance(code, int):
+        os._exit(code & 0xFF)
+    print(code, file=sys.stderr, flush=True)  # as the interpreter does for a message
+    os._exit(1)
+
+
 def serve(learner: Any, address: str, *, grace: float = 30.0, **server_options: Any) -> None:
     """Serves `learner` until SIGTERM or SIGINT, then drains for up to `grace` seconds.
 
@@ -248,8 +280,16 @@ def serve(learner: Any, address: str, *, grace: float = 30.0, **server_options: 
     answers requests with the learner's methods and attributes; "_shutdown" or the
     end of the channel drains and returns like a signal does. A bind failure under a
     channel is reported as INIT_FAILED. `server_options` go to LearnerServer.
+    A learner method raising SystemExit (over gRPC or the channel) is answered, then
+    serve() drains as for a signal and raises that SystemExit.
     """
     stop = threading.Event()
+    exits: List[SystemExit] = []
+
+    def on_exit(code: Any) -> None:
+        exits.append(SystemExit(code))
+        stop.set()
+
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     for signo in stop_signals:
         signal.signal(signo, lambda *_: stop.set())
@@ -259,6 +299,7 @@ def serve(learner: Any, address: str, *, grace: float = 30.0, **server_options: 
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
     try:
         server = LearnerServer(learner, address, **server_options)
+        server.on_exit = on_exit
         channel = worker.WorkerChannel.from_env()
         try:
             server.start()
@@ -272,7 +313,8 @@ def serve(learner: Any, address: str, *, grace: float = 30.0, **server_options: 
             channel.write(worker.init_reply())
             channel.write(worker.listening_reply(server.port))
             threading.Thread(target=_serve_channel_then_stop, name="worker-channel",
-                             args=(channel, worker.Dispatcher(learner, server.lock), stop),
+                             args=(channel, worker.Dispatcher(learner, server.lock), stop,
+                                   on_exit),
                              daemon=True).start()
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)  # a pending one lands now
@@ -281,12 +323,17 @@ def serve(learner: Any, address: str, *, grace: float = 30.0, **server_options: 
     while not stop.wait(timeout=0.5):
         pass
     server.stop(grace)
+    if exits:
+        raise exits[0]
 
 
 def _serve_channel_then_stop(channel: worker.WorkerChannel, dispatcher: worker.Dispatcher,
-                             stop: threading.Event) -> None:
+                             stop: threading.Event, on_exit: Callable[[Any], None]) -> None:
     try:
-        worker.serve_channel(channel, dispatcher)
+        exit_request = worker.serve_channel(channel, dispatcher)
     except worker.WorkerChannelError as e:
         print(f"learner: {e}", file=sys.stderr)
+        exit_request = None
+    if exit_request is not None:
+        on_exit(exit_request.code)
     stop.set()

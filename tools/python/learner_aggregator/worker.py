@@ -11,7 +11,8 @@ see proto/worker.proto. This module mirrors lib/supervisor/worker_runtime.cc:
 - Each request names a public method of the object (called with the request's args)
   or "_getattr" (args[0] names a public, non-callable attribute). Errors:
   NO_SUCH_METHOD, NO_SUCH_ATTRIBUTE, and FAILED with "<ExceptionType>: <message>"
-  when the method raises.
+  when the method raises (KeyboardInterrupt and SystemExit too; after SystemExit's
+  answer the worker exits with its code).
 - "_shutdown" (not answered) or the end of the channel ends the serving loop; exit 0.
   A missing or broken channel: exit 2.
 
@@ -152,6 +153,8 @@ class Dispatcher:
     def __init__(self, target: Any, lock: Optional[threading.Lock] = None) -> None:
         self._target = target
         self._lock = lock or threading.Lock()
+        # A SystemExit a method raised, answered as FAILED: serve_channel() ends with it.
+        self.exit_request: Optional[SystemExit] = None
 
     def handle(self, request: worker_pb2.WorkerRequest) -> worker_pb2.WorkerReply:
         """The reply to one request (not "_shutdown"). Never raises an Exception."""
@@ -164,6 +167,10 @@ class Dispatcher:
                     self._call(request, reply)
         except Exception as e:  # the method's (or a conversion's) failure
             _set_error(reply, Kind.KIND_FAILED, f"{type(e).__name__}: {e}")
+        except BaseException as e:  # KeyboardInterrupt, SystemExit: answered all the same
+            _set_error(reply, Kind.KIND_FAILED, f"{type(e).__name__}: {e}")
+            if isinstance(e, SystemExit):
+                self.exit_request = e
         return reply
 
     def _getattr(self, request: worker_pb2.WorkerRequest,
@@ -216,13 +223,16 @@ def listening_reply(port: int) -> worker_pb2.WorkerReply:
     return worker_pb2.WorkerReply(method=LISTENING_METHOD, data=to_value({"port": port}))
 
 
-def serve_channel(channel: WorkerChannel, dispatcher: Dispatcher) -> None:
-    """Answers requests until "_shutdown" or the end of the channel."""
+def serve_channel(channel: WorkerChannel, dispatcher: Dispatcher) -> Optional[SystemExit]:
+    """Answers requests until "_shutdown" or the end of the channel (None), or until a
+    method raised SystemExit (returned once it is answered)."""
     while True:
         request = channel.read(worker_pb2.WorkerRequest)
         if request is None or request.method == SHUTDOWN_METHOD:
-            return
+            return None
         channel.write(dispatcher.handle(request))
+        if dispatcher.exit_request is not None:
+            return dispatcher.exit_request
 
 
 def _is_factory(obj: Any) -> bool:
@@ -232,7 +242,8 @@ def _is_factory(obj: Any) -> bool:
 def run_worker(obj: Any) -> int:
     """Serves `obj` on the channel named by AGGREGATOR_WORKER_FD; returns the exit code
     (0 after "_shutdown" or the end of the channel, 1 when init failed, 2 when the
-    channel is missing or broken). Use as `sys.exit(run_worker(obj))`.
+    channel is missing or broken). Use as `sys.exit(run_worker(obj))`. A method that
+    raises SystemExit is answered (FAILED), then run_worker raises that SystemExit.
 
     `obj` is the object to serve, or a class, function or functools.partial that builds
     it when called with no arguments: an exception raised while building it is then
@@ -261,10 +272,12 @@ def run_worker(obj: Any) -> int:
         return 1
     try:
         channel.write(init_reply())
-        serve_channel(channel, Dispatcher(target))
+        exit_request = serve_channel(channel, Dispatcher(target))
     except WorkerChannelError as e:
         print(f"worker: {e}", file=sys.stderr)
         return 2
+    if exit_request is not None:
+        raise exit_request
     return 0
 
 
