@@ -2,10 +2,10 @@
 process with its code; a learn that never returns does not keep the process past
 serve()'s grace."""
 
-import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -53,6 +53,34 @@ class ServeProcessTest(unittest.TestCase):
         self.assertEqual(caught.exception.details, "SystemExit: 3")
         self.assertEqual(process.wait(testutil.LONG_WAIT), 3)
         self.assertEqual(process.stdout.read(), "serve returned\n")  # from the main thread
+
+    def test_a_stuck_learn_does_not_outlive_the_grace(self):
+        grace = 1.0
+        process, port = self.start(grace)
+        client = AggregatorClient(f"127.0.0.1:{port}", timeout=testutil.LONG_WAIT)
+        self.addCleanup(client.close)
+        results: list = []
+        caller = threading.Thread(target=lambda: results.append(
+            _outcome(client.learn, [Sample(b"", {"hang": 1})])), daemon=True)
+        caller.start()
+        self.assertEqual(process.stdout.readline(), "learning\n")
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(testutil.LONG_WAIT)  # TimeoutExpired without the fix
+        took = time.monotonic() - started
+        self.assertEqual(code, 0)
+        self.assertEqual(process.stdout.read(), "serve returned\n")
+        self.assertLess(took, grace + 5, "exited, but long after its grace")
+        caller.join(testutil.LONG_WAIT)
+        self.assertIsInstance(results[0], AggregatorError)  # the call was cut, not left open
+        print(f"exited {took:.2f}s after SIGTERM with a learn stuck (grace {grace}s)")
+
+
+def _outcome(function, *args):
+    try:
+        return function(*args)
+    except AggregatorError as e:
+        return e
 
 
 if __name__ == "__main__":

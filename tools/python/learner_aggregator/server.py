@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import queue
 import signal
 import sys
 import threading
@@ -134,6 +135,73 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
         return learner_pb2.CloseTaskReply(message=str(message or ""))
 
 
+class _DaemonThreadPool(futures.Executor):
+    """gRPC's handler threads as daemon threads. The standard pool's threads are joined
+    when the interpreter exits, so one learner method that never returns kept the
+    process alive long after serve()'s grace had cancelled its call; a daemon thread is
+    abandoned instead. Threads start on demand, up to `max_workers`, and are reused."""
+
+    def __init__(self, max_workers: int) -> None:
+        self._max_workers = max_workers
+        self._work: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads: List[threading.Thread] = []
+        self._busy = 0
+        self._shut_down = False
+
+    @property
+    def busy(self) -> int:
+        """How many submitted calls are running now."""
+        with self._lock:
+            return self._busy
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any,  # type: ignore[override]
+               **kwargs: Any) -> "futures.Future[Any]":
+        future: "futures.Future[Any]" = futures.Future()
+        with self._lock:
+            if self._shut_down:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            self._work.put((future, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and \
+                    len(self._threads) < self._max_workers:
+                thread = threading.Thread(target=self._run, daemon=True,
+                                          name=f"learner-rpc-{len(self._threads)}")
+                self._threads.append(thread)
+                thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                self._work.put(None)  # wakes the next thread
+                return
+            future, fn, args, kwargs = item
+            del item
+            if future.set_running_or_notify_cancel():
+                with self._lock:
+                    self._busy += 1
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as e:
+                    future.set_exception(e)
+                finally:
+                    with self._lock:
+                        self._busy -= 1
+            del future, fn, args, kwargs
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shut_down = True
+            threads = list(self._threads)
+        self._work.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+
 def _takes(method: Any, keyword: str) -> bool:
     """Whether `method` accepts the keyword argument `keyword`."""
     try:
@@ -171,6 +239,7 @@ class LearnerServer:
         # Serializes calls into the learner (the gRPC and worker-channel paths alike).
         self.lock = threading.Lock()
         self._server: Optional[grpc.Server] = None
+        self._pool: Optional[_DaemonThreadPool] = None
         self._port: Optional[int] = None
         # What a learner's SystemExit does once answered; serve() replaces it.
         self.on_exit: Callable[[Any], None] = _exit_now
@@ -218,15 +287,15 @@ class LearnerServer:
         """Binds and starts serving; OSError when the address cannot be bound."""
         if self._server is not None:
             return self
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._max_workers),
-                             options=self._options())
+        pool = _DaemonThreadPool(self._max_workers)
+        server = grpc.server(pool, options=self._options())
         learner_pb2_grpc.add_LearnerServicer_to_server(
             _LearnerServicer(self.learner, self.lock, lambda code: self.on_exit(code)),
             server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         self._port = self._bind(server)
         server.start()
-        self._server = server
+        self._server, self._pool = server, pool
         self.health.set("", health.SERVING)
         self.health.set(LEARNER_SERVICE, health.SERVING)
         return self
@@ -240,12 +309,20 @@ class LearnerServer:
 
     def stop(self, grace: Optional[float] = None) -> None:
         """Reports NOT_SERVING, refuses new calls, lets calls in flight finish for up
-        to `grace` seconds (None: cancels them at once), then returns."""
+        to `grace` seconds (None: cancels them at once), then returns. A learner method
+        still running then is abandoned: its caller sees the call cancelled, and its
+        thread (a daemon thread) does not keep the process from exiting."""
         server, self._server = self._server, None
+        pool, self._pool = self._pool, None
         if server is None:
             return
         self.health.shutdown()
         server.stop(grace).wait()
+        if pool is not None:
+            if pool.busy:
+                _log.warning("%d learner call(s) still running after the grace; "
+                             "abandoned", pool.busy)
+            pool.shutdown(wait=False)
 
     def __enter__(self) -> "LearnerServer":
         return self.start()
