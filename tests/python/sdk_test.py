@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import unittest
+import zipfile
 
 import grpc
 import numpy as np
@@ -236,6 +237,41 @@ class ArraysTest(unittest.TestCase):
             decode_arrays(pickled.getvalue())
         with self.assertRaises(Exception):
             decode_arrays(b"not an npz")
+
+    def test_size_bound_refuses_before_allocating(self):
+        import io
+        import tracemalloc
+        # 16 MiB of zeros in a few kilobytes of compressed npz.
+        compressed = io.BytesIO()
+        np.savez_compressed(compressed, x=np.zeros(16 << 20, np.uint8))
+        bomb = compressed.getvalue()
+        self.assertLess(len(bomb), 1 << 20)
+        # A header declaring 1 TiB over no data at all (uncompressed).
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": "|u1", "fortran_order": False, "shape": (1 << 40,)})
+        liar = io.BytesIO()
+        with zipfile.ZipFile(liar, "w") as archive:
+            archive.writestr("x.npy", header.getvalue())
+        cases = [(bomb, {"max_bytes": 8 << 20}, "16777216 bytes, over max_bytes 8388608"),
+                 (liar.getvalue(), {}, f"{1 << 40} bytes, over max_bytes {256 << 20}")]
+        for data, kwargs, message in cases:
+            with self.subTest(message=message):
+                tracemalloc.start()
+                try:
+                    with self.assertRaises(ValueError) as caught:
+                        decode_arrays(data, **kwargs)
+                    peak = tracemalloc.get_traced_memory()[1]
+                finally:
+                    tracemalloc.stop()
+                self.assertIn(message, str(caught.exception))
+                self.assertLess(peak, 4 << 20)  # nothing of the declared size allocated
+        # Within the bound (the default is 256 MiB), and with no bound.
+        self.assertEqual(decode_arrays(bomb)["x"].nbytes, 16 << 20)
+        self.assertEqual(decode_arrays(bomb, max_bytes=16 << 20)["x"].nbytes, 16 << 20)
+        self.assertEqual(decode_arrays(bomb, max_bytes=None)["x"].nbytes, 16 << 20)
+        with self.assertRaises(ValueError):
+            decode_arrays(b"\x93NUMPY plain .npy, not an npz")
 
 
 if __name__ == "__main__":

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from typing import Any, Dict, Mapping
+import math
+import zipfile
+from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
+
+# decode_arrays' default bound on what one sample's arrays may take in memory: far
+# above any sample a learner trains on, far below what a few compressed kilobytes of
+# zeros could claim (an npz of 1 MB may declare gigabytes).
+DEFAULT_MAX_DECODED_BYTES = 256 << 20
 
 
 @dataclasses.dataclass
@@ -41,8 +48,52 @@ def encode_arrays(arrays: Mapping[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def decode_arrays(data: bytes) -> Dict[str, np.ndarray]:
+def decode_arrays(data: bytes,
+                  max_bytes: Optional[int] = DEFAULT_MAX_DECODED_BYTES) -> Dict[str, np.ndarray]:
     """Unpacks bytes made by encode_arrays. Never unpickles (allow_pickle=False), so a
-    sample from anywhere cannot run code; ValueError for data that is not an npz."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+    sample from anywhere cannot run code; ValueError for data that is not an npz.
+
+    ValueError too, before anything is allocated for them, when the arrays would take
+    more than `max_bytes` together (as their headers declare them: a small compressed
+    npz may declare gigabytes). None: no bound."""
+    if not data.startswith(b"PK"):
+        raise ValueError("not an npz (no zip header)")
+    buffer = io.BytesIO(data)
+    if max_bytes is not None:
+        total = _declared_bytes(buffer)
+        if total > max_bytes:
+            raise ValueError(f"the arrays would take {total} bytes, over max_bytes "
+                             f"{max_bytes}")
+        buffer.seek(0)
+    with np.load(buffer, allow_pickle=False) as npz:
         return {name: npz[name] for name in npz.files}
+
+
+def _declared_bytes(buffer: io.BytesIO) -> int:
+    """What the members of an npz would take once loaded: an array's size from its
+    .npy header (read before np.load allocates it), any other member's declared size."""
+    total = 0
+    try:
+        with zipfile.ZipFile(buffer) as archive:
+            for info in archive.infolist():
+                with archive.open(info) as member:
+                    prefix = member.read(len(np.lib.format.MAGIC_PREFIX))
+                    if prefix != np.lib.format.MAGIC_PREFIX:
+                        total += info.file_size
+                        continue
+                    version = member.read(2)  # major, minor
+                    shape, _, dtype = _read_npy_header(member, version[0])
+                total += math.prod(shape) * dtype.itemsize
+    except (zipfile.BadZipFile, IndexError, EOFError) as e:
+        raise ValueError(f"not an npz: {e}") from None
+    return total
+
+
+def _read_npy_header(member: Any, major: int) -> Any:
+    """The (shape, fortran_order, dtype) of an .npy member whose magic prefix and
+    version have been read."""
+    if major == 1:
+        return np.lib.format.read_array_header_1_0(member)
+    if major in (2, 3):
+        return np.lib.format.read_array_header_2_0(member)
+    raise ValueError(f"an npz member has .npy format version {major}, unknown")
