@@ -11,11 +11,11 @@ import zipfile
 import grpc
 import numpy as np
 import torch
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import testutil
 from learner_aggregator import (AggregatorClient, AggregatorError, LearnerError,
                                 LearnerServer, Sample, decode_arrays, encode_arrays)
+from learner_aggregator._proto import health_pb2, health_pb2_grpc
 
 Status = health_pb2.HealthCheckResponse
 

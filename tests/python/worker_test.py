@@ -10,12 +10,11 @@ import sys
 import unittest
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import testutil
+from learner_aggregator._proto import health_pb2, health_pb2_grpc, worker_pb2
 from learner_aggregator.structs import from_value, to_value
 from learner_aggregator.worker import WORKER_FD_ENV, WorkerChannel
-from proto import worker_pb2
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 Kind = worker_pb2.WorkerError

@@ -5,7 +5,13 @@
     Sample, encode_arrays, decode_arrays   samples and numpy arrays in their bytes
     LearnerError, AggregatorError          errors on the two sides
     learner_aggregator.worker              run_worker(): a supervised worker process
+
+Installed from the wheel (tools/python/build_wheel), or in a checkout through
+tools/python/run.
 """
+
+# The release, as aggregatord's (lib/base/version.h); the wheel takes it from here.
+__version__ = "0.1.0"
 
 from learner_aggregator.client import AggregatorClient
 from learner_aggregator.errors import AggregatorError, LearnerError
@@ -13,6 +19,6 @@ from learner_aggregator.samples import Sample, decode_arrays, encode_arrays
 from learner_aggregator.server import LearnerServer, serve
 
 __all__ = [
-    "AggregatorClient", "AggregatorError", "LearnerError", "LearnerServer", "Sample",
+    "__version__", "AggregatorClient", "AggregatorError", "LearnerError", "LearnerServer", "Sample",
     "decode_arrays", "encode_arrays", "serve",
 ]

@@ -8,12 +8,12 @@ import grpc
 from google.protobuf import duration_pb2, struct_pb2
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from learner_aggregator._proto import (
+    admin_pb2, admin_pb2_grpc, health_pb2, health_pb2_grpc, learner_pb2, learner_pb2_grpc)
 from learner_aggregator.errors import AggregatorError
 from learner_aggregator.samples import Sample
 from learner_aggregator.structs import from_list, from_struct, from_value, to_struct
-from proto import admin_pb2, admin_pb2_grpc, learner_pb2, learner_pb2_grpc
 
 
 def message_to_dict(message: Message) -> Dict[str, Any]:

@@ -6,7 +6,8 @@ import threading
 from typing import Dict, Iterator
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from learner_aggregator._proto import health_pb2, health_pb2_grpc
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

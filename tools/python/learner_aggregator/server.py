@@ -35,13 +35,12 @@ from concurrent import futures
 from typing import Any, Callable, List, Optional
 
 import grpc
-from grpc_health.v1 import health_pb2_grpc
 
 from learner_aggregator import health, worker
+from learner_aggregator._proto import health_pb2_grpc, learner_pb2, learner_pb2_grpc
 from learner_aggregator.errors import LearnerError
 from learner_aggregator.samples import Sample
 from learner_aggregator.structs import from_struct, to_struct
-from proto import learner_pb2, learner_pb2_grpc
 
 _log = logging.getLogger("learner_aggregator")
 

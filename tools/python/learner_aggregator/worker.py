@@ -44,7 +44,7 @@ from typing import Any, Optional, Type, TypeVar
 from google.protobuf.message import DecodeError, Message
 
 from learner_aggregator.structs import fill_value, from_list, to_value
-from proto import worker_pb2
+from learner_aggregator._proto import worker_pb2
 
 WORKER_FD_ENV = "AGGREGATOR_WORKER_FD"
 # Frames larger than this are a protocol error (lib/supervisor/worker_channel.h).
