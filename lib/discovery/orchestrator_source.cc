@@ -16,6 +16,10 @@ using nlohmann::json;
 
 constexpr char kApi[] = "/v1alpha1";
 constexpr size_t kExcerptChars = 120;
+// The API's replies nest 3 deep ({"data": {"learners": [...]}}). Anything
+// much deeper is refused while parsing: nlohmann::json copies, compares and
+// dumps recursively, so a reply nested ~75,000 deep overflowed the stack.
+constexpr int kMaxDepth = 32;
 
 // The start of what the server sent, printable and on one line, for errors.
 std::string Excerpt(absl::string_view body) {
@@ -34,41 +38,65 @@ std::string Excerpt(absl::string_view body) {
 
 // The reply's "data" after the checks every reply of the API shares: HTTP
 // 200, a JSON object, "success": true.
-absl::StatusOr<json> Data(const HttpReply& reply) {
-  if (reply.status != 200) {
+absl::StatusOr<json> Data(int status, absl::string_view body_text) {
+  if (status != 200) {
     return absl::UnavailableError(
-        absl::StrCat("HTTP ", reply.status, ": ", Excerpt(reply.body)));
+        absl::StrCat("HTTP ", status, ": ", Excerpt(body_text)));
   }
-  json body = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+  // Containers past kMaxDepth are never built (the callback discards them);
+  // the parser itself is iterative.
+  bool too_deep = false;
+  json body = json::parse(
+      body_text,
+      [&too_deep](int depth, json::parse_event_t event, json&) {
+        if ((event == json::parse_event_t::object_start ||
+             event == json::parse_event_t::array_start) &&
+            depth >= kMaxDepth) {
+          too_deep = true;
+          return false;
+        }
+        return true;
+      },
+      /*allow_exceptions=*/false);
+  if (too_deep) {
+    return absl::DataLossError(absl::StrCat("the reply nests deeper than ",
+                                            kMaxDepth,
+                                            " levels: ", Excerpt(body_text)));
+  }
   if (body.is_discarded()) {
     return absl::DataLossError(
-        absl::StrCat("the reply is not JSON: ", Excerpt(reply.body)));
+        absl::StrCat("the reply is not JSON: ", Excerpt(body_text)));
   }
   if (!body.is_object() || !body.contains("success") ||
       !body["success"].is_boolean()) {
     return absl::DataLossError(
         absl::StrCat("the reply is not DI-orchestrator's (no \"success\"): ",
-                     Excerpt(reply.body)));
+                     Excerpt(body_text)));
   }
   if (!body["success"].get<bool>()) {
-    const json& code = body.contains("code") ? body["code"] : json();
-    const json& message = body.contains("message") ? body["message"] : json();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the orchestrator refused: code ", code.dump(), ": ",
-        message.is_string() ? message.get<std::string>() : message.dump()));
+    // Read in place (no copies); dump() is bounded by kMaxDepth.
+    const json null;
+    const json& code = body.contains("code") ? body["code"] : null;
+    const json& message = body.contains("message") ? body["message"] : null;
+    return absl::FailedPreconditionError(
+        absl::StrCat("the orchestrator refused: code ", code.dump(), ": ",
+                     message.is_string() ? message.get_ref<const std::string&>()
+                                         : message.dump()));
   }
-  return body.contains("data") ? body["data"] : json();
+  // Moved out, not copied.
+  return body.contains("data") ? std::move(body["data"]) : json();
 }
 
-// The learners of a replicas reply, or why the reply is not one.
+}  // namespace
+
 absl::StatusOr<std::vector<HostPort>> ParseReplicasReply(
-    const HttpReply& reply) {
-  absl::StatusOr<json> data = Data(reply);
+    int status, absl::string_view body) {
+  absl::StatusOr<json> data = Data(status, body);
   if (!data.ok()) return data.status();
   if (!data->is_object() || !data->contains("learners") ||
       !(*data)["learners"].is_array()) {
-    return absl::DataLossError(absl::StrCat(
-        "the reply has no data.learners list: ", Excerpt(reply.body)));
+    return absl::DataLossError(
+        absl::StrCat("the reply has no data.learners list: ", Excerpt(body)));
   }
   std::vector<HostPort> learners;
   const json& list = (*data)["learners"];
@@ -88,8 +116,6 @@ absl::StatusOr<std::vector<HostPort>> ParseReplicasReply(
   }
   return learners;
 }
-
-}  // namespace
 
 std::string PodName(const HostPort& learner, const std::string& pod_namespace) {
   absl::string_view host = learner.host;
@@ -111,7 +137,8 @@ absl::StatusOr<std::vector<HostPort>> OrchestratorSource::Fetch(
                    "&aggregator=", UrlEncode(config_.name));
   absl::StatusOr<HttpReply> reply = HttpCall("GET", url, "", limits);
   if (!reply.ok()) return reply.status();
-  absl::StatusOr<std::vector<HostPort>> learners = ParseReplicasReply(*reply);
+  absl::StatusOr<std::vector<HostPort>> learners =
+      ParseReplicasReply(reply->status, reply->body);
   if (!learners.ok()) {
     return absl::Status(
         learners.status().code(),
@@ -136,7 +163,8 @@ absl::Status OrchestratorSource::ReportFailed(
   const std::string url = absl::StrCat(config_.url, kApi, "/replicas/failed");
   absl::StatusOr<HttpReply> reply = HttpCall("POST", url, body.dump(), limits);
   if (!reply.ok()) return reply.status();
-  if (absl::Status verdict = Data(*reply).status(); !verdict.ok()) {
+  if (absl::Status verdict = Data(reply->status, reply->body).status();
+      !verdict.ok()) {
     return absl::Status(verdict.code(),
                         absl::StrCat("POST ", url, ": ", verdict.message()));
   }

@@ -41,6 +41,13 @@ class OrchestratorSource : public LearnerSource {
 // by); a host of another form is sent as it is.
 std::string PodName(const HostPort& learner, const std::string& pod_namespace);
 
+// The learners of a GET replicas reply (HTTP `status`, `body`), or why the
+// reply is not one (what Fetch names after "GET <url>: "). A reply nested
+// deeper than the API's few levels is refused while it is parsed. Fetch's
+// parser, on its own for the fuzz target (tests/fuzz).
+absl::StatusOr<std::vector<HostPort>> ParseReplicasReply(
+    int status, absl::string_view body);
+
 }  // namespace aggregator
 
 #endif  // LIB_DISCOVERY_ORCHESTRATOR_SOURCE_H_

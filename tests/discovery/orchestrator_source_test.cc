@@ -2,6 +2,8 @@
 // follows DI-orchestrator's replica API (GET /v1alpha1/replicas, POST
 // /v1alpha1/replicas/failed), and that can also fail: HTTP 500, a body that is
 // not JSON, "success": false, a reply that never comes.
+#include "lib/discovery/orchestrator_source.h"
+
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -20,7 +22,6 @@
 #include <thread>
 
 #include "lib/discovery/discovery_loop.h"
-#include "lib/discovery/orchestrator_source.h"
 #include "proto/admin.grpc.pb.h"
 #include "tests/testing/log_capture.h"
 #include "tests/testing/test_cluster.h"
@@ -43,6 +44,7 @@ enum class Reply {
   kRefused,  // 200 with "success": false
   kNoData,   // 200, "success": true, but no data.learners
   kHang,     // no reply until the mode changes (or 30 s)
+  kRaw,      // 200 with the body of SetRawBody
 };
 
 class FakeOrchestrator {
@@ -84,6 +86,10 @@ class FakeOrchestrator {
   void SetLearners(std::vector<std::string> learners) {
     std::lock_guard<std::mutex> lock(mu_);
     learners_ = std::move(learners);
+  }
+  void SetRawBody(std::string body) {
+    std::lock_guard<std::mutex> lock(mu_);
+    raw_body_ = std::move(body);
   }
   void SetReplies(Reply get, Reply post) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -151,6 +157,9 @@ class FakeOrchestrator {
                                  .dump(),
                              "application/json");
         return;
+      case Reply::kRaw:
+        response.set_content(raw_body_, "application/json");
+        return;
       case Reply::kNoData:
         response.set_content(
             json{{"success", true}, {"code", 0}, {"message", ""}}.dump(),
@@ -178,6 +187,7 @@ class FakeOrchestrator {
   Reply get_reply_ = Reply::kOk;
   Reply post_reply_ = Reply::kOk;
   std::deque<Reply> post_queue_;
+  std::string raw_body_;
   int gets_ = 0;
   std::vector<json> reports_;
 };
@@ -374,6 +384,63 @@ TEST_CASE(
   CHECK(PodName(HostPort::Tcp("learner-3.training", 1), "training") ==
         "learner-3");
   CHECK(PodName(HostPort::Tcp("training", 1), "training") == "training");
+}
+
+// A JSON array nested `depth` deep.
+std::string Nested(int depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
+
+TEST_CASE(
+    "A reply nested ~75,000 deep is refused while it is parsed, naming why, "
+    "and the source keeps its learners (issue 26 item 1: SIGSEGV)") {
+  FakeOrchestrator orchestrator;
+  orchestrator.SetLearners({"learner-0.ns:22300"});
+  DiscoveryLoop loop;
+  loop.Apply({orchestrator.Config()});
+  const std::vector<std::vector<HostPort>> members = {
+      {HostPort::Tcp("learner-0.ns", 22300)}};
+  REQUIRE(Eventually([&] { return loop.Members() == members; }));
+
+  const std::string deep = Nested(75000);
+  const std::string too_deep = "the reply nests deeper than 32 levels: ";
+  // Deep where the learners are, in another data key, in a refusal's
+  // message (dumped into the error), and in its code.
+  for (const std::string& body : {
+           R"({"success": true, "data": {"learners": )" + deep + "}}",
+           R"({"success": true, "data": {"other": )" + deep +
+               R"(, "learners": []}})",
+           R"({"success": false, "code": 1, "message": )" + deep + "}",
+           R"({"success": false, "code": )" + deep + "}",
+       }) {
+    orchestrator.SetRawBody(body);
+    orchestrator.SetReplies(Reply::kRaw, Reply::kRaw);
+    const int64_t errors = loop.Status().at(0).errors;
+    REQUIRE(Eventually([&] { return loop.Status().at(0).errors > errors; }));
+    CHECK_THAT(loop.Status().at(0).last_error, Catch::Contains(too_deep));
+    CHECK(loop.Members() == members);  // kept
+    OrchestratorSource source(orchestrator.Config());
+    auto fetched = source.Fetch(Within(seconds(5)));
+    CHECK(fetched.status().code() == absl::StatusCode::kDataLoss);
+    CHECK_THAT(std::string(fetched.status().message()),
+               Catch::Contains(too_deep));
+    CHECK_THAT(
+        std::string(
+            source.ReportFailed({HostPort::Tcp("a.ns", 1)}, Within(seconds(5)))
+                .message()),
+        Catch::Contains(too_deep));
+  }
+  // 32 levels is the most taken: a refusal's message at depth 31 is named.
+  auto shallow = ParseReplicasReply(
+      200, R"({"success": false, "code": 1, "message": )" + Nested(31) + "}");
+  CHECK(shallow.status().message() ==
+        "the orchestrator refused: code 1: " + Nested(31));
+  orchestrator.SetReplies(Reply::kOk, Reply::kOk);
+  orchestrator.SetLearners({"learner-1.ns:22300"});
+  REQUIRE(Eventually([&] {
+    return loop.Members() == std::vector<std::vector<HostPort>>{
+                                 {HostPort::Tcp("learner-1.ns", 22300)}};
+  }));
 }
 
 TEST_CASE(
