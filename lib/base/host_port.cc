@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -44,10 +45,28 @@ absl::Status SplitTcp(absl::string_view address, absl::string_view* host,
     if (host->empty())
       return Invalid("the host between \"[\" and \"]\" is empty");
     // A zone ("%eth0") may follow a link-local address.
-    for (char c : host->substr(0, host->find('%'))) {
+    const size_t percent = host->find('%');
+    for (char c : host->substr(0, percent)) {
       if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) && c != ':' &&
           c != '.') {
         return Invalid(absl::StrCat(Quote(*host), " is not an IPv6 address"));
+      }
+    }
+    // The zone is an interface name or number: host characters only (one
+    // with a newline and "<0>" forged journald lines when logged).
+    if (percent != absl::string_view::npos) {
+      const absl::string_view zone = host->substr(percent + 1);
+      if (zone.empty()) {
+        return Invalid(absl::StrCat("the zone after \"%\" in ",
+                                    Quote(absl::CHexEscape(*host)),
+                                    " is empty"));
+      }
+      for (char c : zone) {
+        if (!IsHostChar(c)) {
+          return Invalid(absl::StrCat(
+              "the zone of ", Quote(absl::CHexEscape(*host)), " contains ",
+              Quote(absl::CHexEscape(absl::string_view(&c, 1)))));
+        }
       }
     }
     *port = rest;

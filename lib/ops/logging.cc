@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace aggregator {
 namespace {
@@ -48,6 +49,22 @@ class JournalPriority : public spdlog::custom_flag_formatter {
   }
 };
 
+// The message (%v) with its control characters escaped, so each log line is
+// one line whatever it quotes: a peer's address, id or error text holding a
+// newline and "<0>" forged lines (and journald priorities) before.
+class EscapedMessage : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    const std::string escaped = EscapeLogText(
+        absl::string_view(msg.payload.data(), msg.payload.size()));
+    dest.append(escaped.data(), escaped.data() + escaped.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<EscapedMessage>();
+  }
+};
+
 // gRPC's own log lines (a bind that failed, a bad peer) go through the same
 // logger, so they too carry a priority and the daemon's format.
 void ForwardGrpcLog(gpr_log_func_args* args) {
@@ -59,6 +76,30 @@ void ForwardGrpcLog(gpr_log_func_args* args) {
 }
 
 }  // namespace
+
+std::string EscapeLogText(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    // A tab stays: it ends no line.
+    if ((byte >= 0x20 && byte != 0x7f) || c == '\t') {
+      out.push_back(c);
+      continue;
+    }
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        absl::StrAppendFormat(&out, "\\x%02x", byte);
+    }
+  }
+  return out;
+}
 
 bool StderrIsJournal() {
   const char* stream = std::getenv("JOURNAL_STREAM");
@@ -88,11 +129,12 @@ absl::Status ConfigureLogging(const std::string& level) {
   std::call_once(installed, [] {
     auto logger = spdlog::stderr_logger_mt("aggregatord");
     auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<EscapedMessage>('~');
     if (StderrIsJournal()) {
       // journald stamps lines itself and reads the priority off the prefix.
-      formatter->add_flag<JournalPriority>('*').set_pattern("<%*>%l %v");
+      formatter->add_flag<JournalPriority>('*').set_pattern("<%*>%l %~");
     } else {
-      formatter->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+      formatter->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %~");
     }
     logger->set_formatter(std::move(formatter));
     logger->flush_on(spdlog::level::trace);

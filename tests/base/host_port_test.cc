@@ -49,6 +49,36 @@ TEST_CASE("HostPort says what is wrong with a bad address") {
   CHECK(HostPort::Parse("h:0", /*allow_port_zero=*/true).ok());
 }
 
+TEST_CASE(
+    "HostPort refuses an IPv6 zone that is not an interface name, e.g. one "
+    "with a newline and \"<0>\" (issue 26 item 9: forged journald lines)") {
+  for (const char* text :
+       {"[fe80::1%eth0.12]:1", "[fe80::1%2]:1", "[fe80::1%wlp3s0_x-y]:1"}) {
+    INFO(text);
+    CHECK(HostPort::Parse(text, false).ok());
+  }
+  struct Case {
+    const char* text;
+    const char* problem;
+  };
+  for (const Case& c : {
+           Case{"[fe80::1%eth0\n<0>forged]:1",
+                "the zone of \"fe80::1%eth0\\n<0>forged\" contains \"\\n\""},
+           Case{"[fe80::1%a<0>]:1", "contains \"<\""},
+           Case{"[fe80::1%a b]:1", "contains \" \""},
+           Case{"[fe80::1%]:1",
+                "the zone after \"%\" in \"fe80::1%\" is empty"},
+           Case{"[fe80::1%a%b]:1", "contains \"%\""},
+       }) {
+    INFO(c.text);
+    absl::StatusOr<HostPort> parsed = HostPort::Parse(c.text, false);
+    REQUIRE_FALSE(parsed.ok());
+    CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(std::string(parsed.status().message()),
+               Catch::Contains(c.problem));
+  }
+}
+
 TEST_CASE("HostPort knows loopback and wildcard hosts") {
   CHECK(HostPort::Tcp("127.0.0.1", 1).IsLoopback());
   CHECK(HostPort::Tcp("127.3.4.5", 1).IsLoopback());
