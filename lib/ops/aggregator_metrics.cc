@@ -136,7 +136,51 @@ AggregatorMetrics::AggregatorMetrics()
               .Name("aggregator_learn_stream_buffered_bytes")
               .Help("LearnStream bytes received and not yet passed to a "
                     "learner's connection, now and at most (peak).")
-              .Register(*registry_)) {
+              .Register(*registry_)),
+      learner_ready_(prometheus::BuildGauge()
+                         .Name("aggregator_learner_ready")
+                         .Help("1 while the learner is ready, else 0 "
+                               "(connecting or failed).")
+                         .Register(*registry_)),
+      standings_(prometheus::BuildGauge()
+                     .Name("aggregator_learners_standing")
+                     .Help("Ready learners by standing in the plans: in, "
+                           "rejoining (task replay pending), out.")
+                     .Register(*registry_)),
+      min_learners_(prometheus::BuildGauge()
+                        .Name("aggregator_min_learners")
+                        .Help("min_learners in force: ready learners needed "
+                              "to serve.")
+                        .Register(*registry_)
+                        .Add({})),
+      reload_successful_(
+          prometheus::BuildGauge()
+              .Name("aggregator_config_last_reload_successful")
+              .Help("0 after a reload failed (the running configuration is "
+                    "older than the file), 1 after a success or at start.")
+              .Register(*registry_)
+              .Add({})),
+      reload_success_time_(
+          prometheus::BuildGauge()
+              .Name("aggregator_config_last_reload_success_timestamp_seconds")
+              .Help("When the running configuration was loaded (start or "
+                    "last successful reload), in Unix seconds.")
+              .Register(*registry_)
+              .Add({})),
+      inflight_bytes_(prometheus::BuildGauge()
+                          .Name("aggregator_learn_inflight_bytes")
+                          .Help("Bytes of Learn batches in flight (counted "
+                                "against max_inflight_bytes).")
+                          .Register(*registry_)
+                          .Add({})),
+      max_inflight_bytes_(prometheus::BuildGauge()
+                              .Name("aggregator_max_inflight_bytes")
+                              .Help("max_inflight_bytes in force: a Learn "
+                                    "past it is refused RESOURCE_EXHAUSTED.")
+                              .Register(*registry_)
+                              .Add({})) {
+  reload_successful_.Set(1);
+  reload_success_time_.SetToCurrentTime();
   prometheus::BuildGauge()
       .Name("aggregator_build_info")
       .Help("Always 1; the version of aggregatord that serves.")
@@ -197,6 +241,38 @@ void AggregatorMetrics::Forwarded(const std::string& learner, double bytes) {
 
 void AggregatorMetrics::Reloaded(bool ok) {
   reloads_.Add({{"result", ok ? "ok" : "failed"}}).Increment();
+  reload_successful_.Set(ok ? 1 : 0);
+  if (ok) reload_success_time_.SetToCurrentTime();
+}
+
+void AggregatorMetrics::SetLearnerReady(
+    const std::map<std::string, bool>& ready) {
+  MutexLock lock(&ready_mu_);
+  for (const auto& [learner, unused] : ready_) {
+    if (ready.count(learner) == 0) {
+      learner_ready_.Remove(&learner_ready_.Add({{"learner", learner}}));
+    }
+  }
+  for (const auto& [learner, is_ready] : ready) {
+    learner_ready_.Add({{"learner", learner}}).Set(is_ready ? 1 : 0);
+  }
+  ready_ = ready;
+}
+
+void AggregatorMetrics::SetStandings(
+    const std::map<std::string, int>& by_standing) {
+  for (const auto& [standing, count] : by_standing) {
+    standings_.Add({{"standing", standing}}).Set(count);
+  }
+}
+
+void AggregatorMetrics::SetMinLearners(double min_learners) {
+  min_learners_.Set(min_learners);
+}
+
+void AggregatorMetrics::SetInflight(double bytes, double max_bytes) {
+  inflight_bytes_.Set(bytes);
+  max_inflight_bytes_.Set(max_bytes);
 }
 
 void AggregatorMetrics::SetStraggler(const std::string& learner, bool flagged) {

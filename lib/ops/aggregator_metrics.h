@@ -6,12 +6,24 @@
 //   aggregator_learner_call_duration_seconds{learner,rpc}
 //   aggregator_forwarded_bytes_total{learner}  sample bytes sent in Learn
 //   aggregator_learners{state}                 learners by state
+//   aggregator_learner_ready{learner}          1 while ready, else 0 (a
+//                                              learner's series goes with it)
+//   aggregator_learners_standing{standing}     ready learners: in | rejoining
+//                                              | out of the plans
+//   aggregator_min_learners                    min_learners in force
 //   aggregator_worker_restarts_total{worker,index}
 //   aggregator_reloads_total{result}           ok | failed
+//   aggregator_config_last_reload_successful   0 after a failed reload (the
+//                                              running configuration is stale)
+//   aggregator_config_last_reload_success_timestamp_seconds
+//                                              the start or the last good
+//                                              reload
 //   aggregator_learner_straggler{learner}      1 while it holds steps back
 //   aggregator_membership_generation           changes of the plans' learners
 //   aggregator_learn_stream_buffered_bytes{at} LearnStream bytes held: now |
 //                                              peak
+//   aggregator_learn_inflight_bytes            Learn batches in flight
+//   aggregator_max_inflight_bytes              their limit (max_inflight_bytes)
 //   aggregator_source_refreshes_total{kind,source}   learner_sources refreshes
 //   aggregator_source_errors_total{kind,source}      ... that failed
 //   aggregator_source_learners{kind,source}          learners it lists
@@ -76,11 +88,21 @@ class AggregatorMetrics {
   void LearnerCall(const std::string& learner, const char* rpc,
                    grpc::StatusCode code, double seconds);
   void Forwarded(const std::string& learner, double bytes);
+  // Counts the reload; a failed one also marks the running configuration
+  // stale until a reload succeeds (start-up counts as a success).
   void Reloaded(bool ok);
   // Current figures, set by a collector before each scrape.
   void SetLearners(const std::string& state, double count);
   void SetWorkerRestarts(const std::string& worker, int index, double restarts);
   // 1 while `learner` is flagged as a straggler, else 0.
+  // Each learner of the pool and whether it is ready; the series of learners
+  // not among them are removed.
+  void SetLearnerReady(const std::map<std::string, bool>& ready);
+  // Ready learners by standing ("in", "rejoining", "out").
+  void SetStandings(const std::map<std::string, int>& by_standing);
+  void SetMinLearners(double min_learners);
+  // Learn bytes in flight and max_inflight_bytes.
+  void SetInflight(double bytes, double max_bytes);
   void SetStraggler(const std::string& learner, bool flagged);
   // The membership generation (lib/service/membership.h).
   void SetMembershipGeneration(double generation);
@@ -118,6 +140,13 @@ class AggregatorMetrics {
   prometheus::Family<prometheus::Gauge>& source_learners_;
   prometheus::Family<prometheus::Counter>& source_reports_;
   prometheus::Family<prometheus::Gauge>& stream_buffered_;
+  prometheus::Family<prometheus::Gauge>& learner_ready_;
+  prometheus::Family<prometheus::Gauge>& standings_;
+  prometheus::Gauge& min_learners_;
+  prometheus::Gauge& reload_successful_;
+  prometheus::Gauge& reload_success_time_;
+  prometheus::Gauge& inflight_bytes_;
+  prometheus::Gauge& max_inflight_bytes_;
 
   Mutex mu_;
   // By "served/rpc/code", "learner/id/rpc/code" or "forwarded/id".
@@ -125,6 +154,9 @@ class AggregatorMetrics {
   Mutex sources_mu_;
   // The sources with series, by key.
   std::map<std::string, SourceFigures> sources_ ABSL_GUARDED_BY(sources_mu_);
+  Mutex ready_mu_;
+  // The learners with a ready series.
+  std::map<std::string, bool> ready_ ABSL_GUARDED_BY(ready_mu_);
 };
 
 }  // namespace aggregator

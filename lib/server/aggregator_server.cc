@@ -420,12 +420,30 @@ void AggregatorServer::CollectMetrics() {
   if (pool_ == nullptr) return;
   std::map<std::string, int> by_state = {
       {"ready", 0}, {"connecting", 0}, {"failed", 0}};
+  std::map<std::string, bool> ready;
+  std::map<std::string, int> by_standing = {
+      {"in", 0}, {"rejoining", 0}, {"out", 0}};
+  const std::map<std::string, LearnerStanding> standings =
+      learner_service_->Standings();
   for (const auto& learner : pool_->Status()) {
     ++by_state[LearnerStateName(learner.state)];
+    const bool is_ready = learner.state == LearnerState::kReady;
+    ready[learner.id] = is_ready;
+    if (!is_ready) continue;
+    auto standing = standings.find(learner.id);
+    ++by_standing[StandingName(standing == standings.end()
+                                   ? LearnerStanding::kIn
+                                   : standing->second.state)];
   }
   for (const auto& [state, count] : by_state) {
     metrics_.SetLearners(state, count);
   }
+  metrics_.SetLearnerReady(ready);
+  metrics_.SetStandings(by_standing);
+  metrics_.SetMinLearners(min_learners_.load());
+  metrics_.SetInflight(
+      static_cast<double>(learner_service_->inflight_bytes()),
+      static_cast<double>(learner_service_->max_inflight_bytes()));
   for (const auto& worker : workers_->Status()) {
     metrics_.SetWorkerRestarts(worker.name, worker.index, worker.restarts);
   }

@@ -82,6 +82,8 @@ class LearnerService final
   // The max_inflight_bytes in force (a figure for "auto" too), and why.
   int64_t max_inflight_bytes() const;
   std::string DescribeInflightLimit() const;
+  // Bytes of the Learn batches in flight now.
+  int64_t inflight_bytes() const { return inflight_.in_flight(); }
 
   // Learners not simply in the plans, and why (lib/service/membership.h).
   std::map<std::string, LearnerStanding> Standings() const {

@@ -1,5 +1,7 @@
 // The daemon's metrics served by the real endpoint (prometheus-cpp's Exposer)
 // on loopback, scraped over HTTP and checked with promtool.
+#include "lib/ops/metrics_endpoint.h"
+
 #include <httplib.h>
 #include <unistd.h>
 
@@ -9,7 +11,6 @@
 #include <thread>
 
 #include "lib/ops/aggregator_metrics.h"
-#include "lib/ops/metrics_endpoint.h"
 #include "tests/testing/process_helpers.h"
 
 using aggregator::AggregatorMetrics;
@@ -194,4 +195,34 @@ TEST_CASE(
   REQUIRE(finished.wait_for(std::chrono::seconds(30)) ==
           std::future_status::ready);
   CHECK(finished.get());
+}
+
+TEST_CASE(
+    "Per-learner readiness goes with its learner; a failed reload marks the "
+    "configuration stale until one succeeds") {
+  AggregatorMetrics metrics;
+  auto endpoint = StartEndpoint(metrics);
+  CHECK_THAT(Scrape(*endpoint),
+             Catch::Contains("aggregator_config_last_reload_successful 1"));
+  metrics.SetLearnerReady({{"a", true}, {"b", false}});
+  metrics.SetMinLearners(2);
+  metrics.SetInflight(1024, 4096);
+  std::string body = Scrape(*endpoint);
+  CHECK_THAT(body,
+             Catch::Contains("aggregator_learner_ready{learner=\"a\"} 1"));
+  CHECK_THAT(body,
+             Catch::Contains("aggregator_learner_ready{learner=\"b\"} 0"));
+  CHECK_THAT(body, Catch::Contains("aggregator_min_learners 2"));
+  CHECK_THAT(body, Catch::Contains("aggregator_learn_inflight_bytes 1024"));
+  CHECK_THAT(body, Catch::Contains("aggregator_max_inflight_bytes 4096"));
+
+  metrics.SetLearnerReady({{"a", true}});
+  metrics.Reloaded(false);
+  body = Scrape(*endpoint);
+  CHECK_THAT(body, !Catch::Contains("learner=\"b\""));
+  CHECK_THAT(body,
+             Catch::Contains("aggregator_config_last_reload_successful 0"));
+  metrics.Reloaded(true);
+  CHECK_THAT(Scrape(*endpoint),
+             Catch::Contains("aggregator_config_last_reload_successful 1"));
 }
