@@ -439,6 +439,11 @@ void AggregatorServer::CollectMetrics() {
     metrics_.SetLearners(state, count);
   }
   metrics_.SetLearnerReady(ready);
+  // Every learner timed so far has a series (0 until flagged), so an alert on
+  // it and a dashboard find it before the first straggler.
+  for (const auto& [id, times] : learner_service_->LearnTimes()) {
+    metrics_.SetStraggler(id, times.flagged);
+  }
   metrics_.SetStandings(by_standing);
   metrics_.SetMinLearners(min_learners_.load());
   metrics_.SetInflight(
