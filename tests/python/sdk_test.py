@@ -112,6 +112,14 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(caught.exception.details, "KeyboardInterrupt: pressed")
         self.assertEqual(self.client.resource()["gpus"], 2)
 
+    def test_one_error_root(self):
+        from learner_aggregator import LearnerAggregatorError
+        from learner_aggregator.worker import WorkerChannelError
+        for error in (AggregatorError, LearnerError, WorkerChannelError):
+            self.assertTrue(issubclass(error, LearnerAggregatorError), error)
+        with self.assertRaises(LearnerAggregatorError):
+            self.client.learn([Sample(b"", {"refuse": True})])
+
     def test_learner_error_code_passes_through(self):
         with self.assertRaises(AggregatorError) as caught:
             self.client.learn([Sample(b"", {"refuse": True})])

@@ -1,7 +1,8 @@
 """The SDK as a user gets it: tools/python/build_wheel, a fresh venv
 (--system-site-packages, for Debian's grpcio, protobuf and numpy), `pip install
 --no-index` of the wheel, then the README's Python snippets run from the installed
-package, outside the checkout and with no PYTHONPATH."""
+package, outside the checkout and with no PYTHONPATH; `mypy --strict` (Debian's) clean
+on the wheel's package and on the snippets as user code of the installed package."""
 
 import os
 import re
@@ -113,6 +114,45 @@ class WheelTest(unittest.TestCase):
         self.assertIn("['4-0', '4-1', '4-2']", lines[-1])
         learner.terminate()
         self.assertEqual(learner.wait(testutil.LONG_WAIT), 0)
+
+    def write_snippets(self) -> "list[str]":
+        paths = []
+        for i, code in enumerate(self.snippets):
+            paths.append(os.path.join(self.work, f"snippet_{i}.py"))
+            with open(paths[-1], "w") as f:
+                f.write(code)
+        return paths
+
+    def mypy(self, *args: str, cwd: str) -> str:
+        started = time.monotonic()
+        run = subprocess.run(["/usr/bin/mypy", "--no-incremental", *args], cwd=cwd,
+                             env=clean_env(), capture_output=True, text=True, timeout=300)
+        print(f"mypy {' '.join(args)}: {run.stdout.strip()} "
+              f"({time.monotonic() - started:.1f}s)", flush=True)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        return run.stdout
+
+    def test_mypy_strict_is_clean_on_the_package_and_the_snippets(self):
+        unpacked = os.path.join(self.work, "unpacked")
+        with zipfile.ZipFile(self.wheel) as wheel:
+            wheel.extractall(unpacked)
+        config = os.path.join(ROOT, "tools/python/pyproject.toml")  # strict = true
+        out = self.mypy("--strict", "--config-file", config, "-p", "learner_aggregator",
+                        cwd=unpacked)
+        self.assertIn("Success: no issues found", out)
+        # User code: no configuration of ours, the package found in the venv (py.typed).
+        paths = self.write_snippets()
+        out = self.mypy("--strict", "--python-executable", self.python, *paths, cwd=self.work)
+        self.assertIn(f"Success: no issues found in {len(paths)} source files", out)
+        # ... and the types are real: a learner missing a method is caught.
+        broken = os.path.join(self.work, "broken.py")
+        with open(broken, "w") as f:
+            f.write(next(s for s in self.snippets if "serve(" in s).replace(
+                "def learn(", "def not_learn("))
+        run = subprocess.run(["/usr/bin/mypy", "--no-incremental", "--strict",
+                              "--python-executable", self.python, broken], cwd=self.work,
+                             env=clean_env(), capture_output=True, text=True, timeout=300)
+        self.assertIn('missing following "Learner" protocol member', run.stdout)
 
 
 if __name__ == "__main__":

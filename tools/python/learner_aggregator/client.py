@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
 
 import grpc
 from google.protobuf import duration_pb2, struct_pb2
@@ -12,6 +12,7 @@ from google.protobuf.message import Message
 from learner_aggregator._proto import (
     admin_pb2, admin_pb2_grpc, health_pb2, health_pb2_grpc, learner_pb2, learner_pb2_grpc)
 from learner_aggregator.errors import AggregatorError
+from learner_aggregator.learner import DataDemand, LearnResult, Resource, TaskReply
 from learner_aggregator.samples import Sample
 from learner_aggregator.structs import from_list, from_struct, from_value, to_struct
 
@@ -20,7 +21,7 @@ def message_to_dict(message: Message) -> Dict[str, Any]:
     """Every field of a reply as plain Python: Structs as dicts, int64 as int, enums by
     name ("LEARNER_STATE_READY"), Durations as float seconds, unset fields as their
     defaults."""
-    result = {}
+    result: Dict[str, Any] = {}
     for field in message.DESCRIPTOR.fields:
         value = getattr(message, field.name)
         if field.label == FieldDescriptor.LABEL_REPEATED:
@@ -94,14 +95,17 @@ class AggregatorClient:
         self.stream_message_bytes = stream_message_bytes
         self._max_message_bytes = max_message_bytes
         self._channel = self._open_channel(address)
-        self._learner = learner_pb2_grpc.LearnerStub(self._channel)
+        # The generated *_pb2_grpc modules are untyped (Debian has no grpc stubs).
+        self._learner: Any = learner_pb2_grpc.LearnerStub(  # type: ignore[no-untyped-call]
+            self._channel)
         # Channels connect on first use: an admin listener never called is never dialled.
         self._admin_channel = self._open_channel(admin_address)
-        self._admin = admin_pb2_grpc.AggregatorAdminStub(self._admin_channel)
+        self._admin: Any = admin_pb2_grpc.AggregatorAdminStub(  # type: ignore[no-untyped-call]
+            self._admin_channel)
 
     def _open_channel(self, address: str) -> grpc.Channel:
         """A channel to `address`, over TLS when it was asked for."""
-        options = [
+        options: List[Tuple[str, Union[int, str]]] = [
             ("grpc.max_send_message_length", self._max_message_bytes),
             ("grpc.max_receive_message_length", self._max_message_bytes),
         ]
@@ -117,24 +121,26 @@ class AggregatorClient:
         except grpc.RpcError as e:
             raise AggregatorError(name, e.code(), e.details() or "") from None
 
-    def resource(self) -> Dict[str, Any]:
+    def resource(self) -> Resource:
         """{"gpus", "learners"}: summed over the aggregator's ready learners;
         "learn_stream": whether it serves LearnStream (an aggregator does)."""
-        return self._call("GetResource", self._learner.GetResource,
-                          learner_pb2.GetResourceRequest())
+        return cast(Resource, self._call("GetResource", self._learner.GetResource,
+                                         learner_pb2.GetResourceRequest()))
 
-    def start_task(self, info: Dict[str, Any]) -> Dict[str, Any]:
+    def start_task(self, info: Dict[str, Any]) -> TaskReply:
         """Starts a task on every learner; {"message"}."""
-        return self._call("StartTask", self._learner.StartTask,
-                          learner_pb2.StartTaskRequest(task_info=to_struct(info)))
+        return cast(TaskReply, self._call(
+            "StartTask", self._learner.StartTask,
+            learner_pb2.StartTaskRequest(task_info=to_struct(info))))
 
-    def get_data(self) -> Dict[str, Any]:
+    def get_data(self) -> DataDemand:
         """The next demand: {"batch_size" (the total), "cur_learner_iter", "task_id",
         "buffer_id", "plan_id" (pass it to learn), "extra", "membership"
         ({"generation", "members"}: the learners the plan is split over)}."""
-        return self._call("GetData", self._learner.GetData, learner_pb2.GetDataRequest())
+        return cast(DataDemand, self._call("GetData", self._learner.GetData,
+                                           learner_pb2.GetDataRequest()))
 
-    def learn(self, samples: Iterable[Sample], plan_id: Optional[str] = None) -> Dict[str, Any]:
+    def learn(self, samples: Iterable[Sample], plan_id: Optional[str] = None) -> LearnResult:
         """Trains on `samples` (as many as get_data demanded); {"info": the merged
         Learn info, "task_id", "buffer_id"}. Over `stream_threshold` bytes by LearnStream,
         unless the address is a plain learner that does not serve it."""
@@ -142,8 +148,8 @@ class AggregatorClient:
                   for sample in samples]
         if sum(p.ByteSize() for p in protos) > self.stream_threshold:
             try:
-                return message_to_dict(self._learner.LearnStream(
-                    self._stream_messages(protos, plan_id or ""), timeout=self.timeout))
+                return cast(LearnResult, message_to_dict(self._learner.LearnStream(
+                    self._stream_messages(protos, plan_id or ""), timeout=self.timeout)))
             except grpc.RpcError as e:
                 # An aggregator (it names itself in its metadata) serves LearnStream:
                 # its UNIMPLEMENTED is a learner's, and some learners may have trained.
@@ -152,7 +158,7 @@ class AggregatorClient:
                 if e.code() != grpc.StatusCode.UNIMPLEMENTED or aggregator:
                     raise AggregatorError("LearnStream", e.code(), e.details() or "") from None
         request = learner_pb2.LearnRequest(plan_id=plan_id or "", samples=protos)
-        return self._call("Learn", self._learner.Learn, request)
+        return cast(LearnResult, self._call("Learn", self._learner.Learn, request))
 
     def _stream_messages(self, protos: List[learner_pb2.Sample],
                          plan_id: str) -> Iterator[learner_pb2.LearnRequest]:
@@ -171,24 +177,24 @@ class AggregatorClient:
         if chunk or first:
             yield learner_pb2.LearnRequest(plan_id=plan_id if first else "", samples=chunk)
 
-    def close_task(self) -> Dict[str, Any]:
+    def close_task(self) -> TaskReply:
         """Ends the task on every learner; {"message"}."""
-        return self._call("CloseTask", self._learner.CloseTask,
-                          learner_pb2.CloseTaskRequest())
+        return cast(TaskReply, self._call("CloseTask", self._learner.CloseTask,
+                                          learner_pb2.CloseTaskRequest()))
 
     def serving(self) -> bool:
         """True when `address` reports SERVING on grpc.health.v1 (an aggregator: its
         min_learners are ready), or has no health service (a plain learner that
         answers is ready); False while it is not serving; AggregatorError when it
         cannot be reached."""
-        stub = health_pb2_grpc.HealthStub(self._channel)
+        stub = health_pb2_grpc.HealthStub(self._channel)  # type: ignore[no-untyped-call]
         try:
             reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=self.timeout)
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return True
             raise AggregatorError("Check", e.code(), e.details() or "") from None
-        return reply.status == health_pb2.HealthCheckResponse.SERVING
+        return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
     def status(self) -> Dict[str, Any]:
         """The aggregator's admin status: {"learners": [{"id", "address", "state", ...}],

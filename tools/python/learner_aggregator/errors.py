@@ -1,11 +1,23 @@
-"""The exceptions of the SDK."""
+"""The exceptions of the SDK: one root, LearnerAggregatorError, with the two sides'
+errors beneath it (and learner_aggregator.worker's WorkerChannelError).
+
+    LearnerAggregatorError
+        AggregatorError       a call of AggregatorClient failed
+        LearnerError          raised by a learner method to choose its status code
+        WorkerChannelError    a supervised worker's channel broke
+"""
 
 from __future__ import annotations
 
 import grpc
 
 
-class LearnerError(Exception):
+class LearnerAggregatorError(Exception):
+    """The root of every exception the SDK defines: `except LearnerAggregatorError`
+    catches them all."""
+
+
+class LearnerError(LearnerAggregatorError):
     """Raised by a learner method to fail the RPC with a chosen status code (any other
     exception fails it with INTERNAL). The caller sees "LearnerError: <message>"."""
 
@@ -15,7 +27,7 @@ class LearnerError(Exception):
         self.message = message
 
 
-class AggregatorError(Exception):
+class AggregatorError(LearnerAggregatorError):
     """A call of AggregatorClient failed: `code` (a grpc.StatusCode) and `details`, the
     server's message (the aggregator names the learner and its error there)."""
 

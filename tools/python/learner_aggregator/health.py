@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 import grpc
 
 from learner_aggregator._proto import health_pb2, health_pb2_grpc
 
+Status = health_pb2.HealthCheckResponse.ServingStatus
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 SERVICE_UNKNOWN = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
@@ -22,10 +23,10 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._statuses: Dict[str, int] = {}
+        self._statuses: Dict[str, Status] = {}
         self._shut_down = False
 
-    def set(self, service: str, status: int) -> None:
+    def set(self, service: str, status: Status) -> None:
         """Sets a service's status and wakes its watchers."""
         with self._changed:
             self._statuses[service] = status
@@ -40,15 +41,18 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
             self._shut_down = True
             self._changed.notify_all()
 
-    def Check(self, request, context):
+    def Check(self, request: health_pb2.HealthCheckRequest,
+              context: grpc.ServicerContext) -> health_pb2.HealthCheckResponse:
         with self._changed:
             status = self._statuses.get(request.service)
         if status is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service '{request.service}'")
+            raise AssertionError("grpc's abort() returned")  # pragma: no cover
         return health_pb2.HealthCheckResponse(status=status)
 
-    def Watch(self, request, context) -> Iterator[health_pb2.HealthCheckResponse]:
-        last = None
+    def Watch(self, request: health_pb2.HealthCheckRequest,
+              context: grpc.ServicerContext) -> Iterator[health_pb2.HealthCheckResponse]:
+        last: Optional[Status] = None
         while context.is_active():
             with self._changed:
                 status = self._statuses.get(request.service, SERVICE_UNKNOWN)

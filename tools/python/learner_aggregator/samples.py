@@ -49,7 +49,8 @@ def encode_arrays(arrays: Mapping[str, Any]) -> bytes:
 
 
 def decode_arrays(data: bytes,
-                  max_bytes: Optional[int] = DEFAULT_MAX_DECODED_BYTES) -> Dict[str, np.ndarray]:
+                  max_bytes: Optional[int] = DEFAULT_MAX_DECODED_BYTES
+                  ) -> Dict[str, "np.ndarray[Any, np.dtype[Any]]"]:
     """Unpacks bytes made by encode_arrays. Never unpickles (allow_pickle=False), so a
     sample from anywhere cannot run code; ValueError for data that is not an npz.
 
@@ -93,7 +94,7 @@ def _read_npy_header(member: Any, major: int) -> Any:
     """The (shape, fortran_order, dtype) of an .npy member whose magic prefix and
     version have been read."""
     if major == 1:
-        return np.lib.format.read_array_header_1_0(member)
+        return np.lib.format.read_array_header_1_0(member)  # type: ignore[no-untyped-call]
     if major in (2, 3):
-        return np.lib.format.read_array_header_2_0(member)
+        return np.lib.format.read_array_header_2_0(member)  # type: ignore[no-untyped-call]
     raise ValueError(f"an npz member has .npy format version {major}, unknown")

@@ -32,13 +32,14 @@ import signal
 import sys
 import threading
 from concurrent import futures
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple, TypeVar
 
 import grpc
 
 from learner_aggregator import health, worker
 from learner_aggregator._proto import health_pb2_grpc, learner_pb2, learner_pb2_grpc
 from learner_aggregator.errors import LearnerError
+from learner_aggregator.learner import Learner, Membership
 from learner_aggregator.samples import Sample
 from learner_aggregator.structs import from_struct, to_struct
 
@@ -46,11 +47,19 @@ _log = logging.getLogger("learner_aggregator")
 
 LEARNER_SERVICE = "aggregator.v1.Learner"
 
+R = TypeVar("R")
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
+    """context.abort(), which raises, typed as never returning."""
+    context.abort(code, details)
+    raise AssertionError("grpc's abort() returned")  # pragma: no cover
+
 
 class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
     """Translates between the Learner RPCs and the learner object's methods."""
 
-    def __init__(self, learner: Any, lock: threading.Lock,
+    def __init__(self, learner: Learner, lock: threading.Lock,
                  on_exit: Callable[[Any], None]) -> None:
         self._learner = learner
         self._lock = lock
@@ -60,45 +69,47 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
               **kwargs: Any) -> Any:
         method = getattr(self._learner, name, None)
         if not callable(method):
-            context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                          f"the learner has no method {name}()")
+            _abort(context, grpc.StatusCode.UNIMPLEMENTED,
+                   f"the learner has no method {name}()")
         try:
             with self._lock:
                 return method(*args, **kwargs)
         except LearnerError as e:
-            context.abort(e.code, f"{type(e).__name__}: {e}")
+            _abort(context, e.code, f"{type(e).__name__}: {e}")
         except Exception as e:
             _log.exception("learner %s() raised", name)
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+            _abort(context, grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
         except BaseException as e:  # KeyboardInterrupt, SystemExit: answered all the same
             _log.error("learner %s() raised %s", name, type(e).__name__)
             if isinstance(e, SystemExit):
                 code = e.code
                 # Runs once the answer has gone out (the RPC has terminated).
                 context.add_callback(lambda: self._on_exit(code))
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
+            _abort(context, grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
 
     def _convert(self, context: grpc.ServicerContext, name: str,
-                 build: Callable[[], Any]) -> Any:
+                 build: Callable[[], R]) -> R:
         """Builds a reply from a method's result; a result of the wrong shape is the
         learner's bug, reported as INTERNAL."""
         try:
             return build()
         except (TypeError, ValueError, AttributeError) as e:
-            context.abort(grpc.StatusCode.INTERNAL,
-                          f"{name}() returned what the reply cannot hold: "
-                          f"{type(e).__name__}: {e}")
+            _abort(context, grpc.StatusCode.INTERNAL,
+                   f"{name}() returned what the reply cannot hold: {type(e).__name__}: {e}")
 
-    def GetResource(self, request, context):
+    def GetResource(self, request: learner_pb2.GetResourceRequest,
+                    context: grpc.ServicerContext) -> learner_pb2.Resource:
         resource = self._call(context, "get_resource") or {}
         return self._convert(context, "get_resource", lambda: learner_pb2.Resource(
             gpus=int(resource.get("gpus", 0)), learners=int(resource.get("learners", 1))))
 
-    def StartTask(self, request, context):
+    def StartTask(self, request: learner_pb2.StartTaskRequest,
+                  context: grpc.ServicerContext) -> learner_pb2.StartTaskReply:
         message = self._call(context, "start_task", from_struct(request.task_info))
         return learner_pb2.StartTaskReply(message=str(message or ""))
 
-    def GetData(self, request, context):
+    def GetData(self, request: learner_pb2.GetDataRequest,
+                context: grpc.ServicerContext) -> learner_pb2.DataDemand:
         demand = self._call(context, "get_data")
 
         def build() -> learner_pb2.DataDemand:
@@ -113,9 +124,10 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
 
         return self._convert(context, "get_data", build)
 
-    def Learn(self, request, context):
+    def Learn(self, request: learner_pb2.LearnRequest,
+              context: grpc.ServicerContext) -> learner_pb2.LearnReply:
         samples: List[Sample] = [Sample(s.data, from_struct(s.meta)) for s in request.samples]
-        extra = {}
+        extra: Dict[str, Membership] = {}
         if request.HasField("membership") and _takes(getattr(self._learner, "learn", None),
                                                     "membership"):
             extra["membership"] = {"generation": request.membership.generation,
@@ -129,7 +141,8 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
 
         return self._convert(context, "learn", build)
 
-    def CloseTask(self, request, context):
+    def CloseTask(self, request: learner_pb2.CloseTaskRequest,
+                  context: grpc.ServicerContext) -> learner_pb2.CloseTaskReply:
         message = self._call(context, "close_task")
         return learner_pb2.CloseTaskReply(message=str(message or ""))
 
@@ -155,9 +168,9 @@ class _DaemonThreadPool(futures.Executor):
         with self._lock:
             return self._busy
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any,  # type: ignore[override]
-               **kwargs: Any) -> "futures.Future[Any]":
-        future: "futures.Future[Any]" = futures.Future()
+    def submit(self, fn: Callable[..., R], /, *args: Any,
+               **kwargs: Any) -> "futures.Future[R]":
+        future: "futures.Future[R]" = futures.Future()
         with self._lock:
             if self._shut_down:
                 raise RuntimeError("cannot schedule new calls after shutdown")
@@ -221,7 +234,7 @@ class LearnerServer:
     Thread-safe.
     """
 
-    def __init__(self, learner: Any, address: str, max_message_bytes: int = 1 << 30,
+    def __init__(self, learner: Learner, address: str, max_message_bytes: int = 1 << 30,
                  *, max_workers: int = 16, tls_cert: Optional[str] = None,
                  tls_key: Optional[str] = None,
                  tls_client_ca: Optional[str] = None) -> None:
@@ -243,7 +256,7 @@ class LearnerServer:
         # What a learner's SystemExit does once answered; serve() replaces it.
         self.on_exit: Callable[[Any], None] = _exit_now
 
-    def _options(self) -> list:
+    def _options(self) -> List[Tuple[str, int]]:
         return [
             ("grpc.max_send_message_length", self._max_message_bytes),
             ("grpc.max_receive_message_length", self._max_message_bytes),
@@ -257,7 +270,7 @@ class LearnerServer:
 
     def _credentials(self) -> Optional[grpc.ServerCredentials]:
         cert, key, client_ca = self._tls
-        if cert is None:
+        if cert is None or key is None:
             return None
         with open(key, "rb") as k, open(cert, "rb") as c:
             pair = (k.read(), c.read())
@@ -280,7 +293,7 @@ class LearnerServer:
             raise OSError(f"cannot listen on '{self.address}': {e}") from None
         if port == 0:
             raise OSError(f"cannot listen on '{self.address}'")
-        return port
+        return int(port)
 
     def start(self) -> "LearnerServer":
         """Binds and starts serving; OSError when the address cannot be bound."""
@@ -288,10 +301,12 @@ class LearnerServer:
             return self
         pool = _DaemonThreadPool(self._max_workers)
         server = grpc.server(pool, options=self._options())
-        learner_pb2_grpc.add_LearnerServicer_to_server(
+        # The generated *_pb2_grpc modules are untyped (Debian has no grpc stubs).
+        learner_pb2_grpc.add_LearnerServicer_to_server(  # type: ignore[no-untyped-call]
             _LearnerServicer(self.learner, self.lock, lambda code: self.on_exit(code)),
             server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        health_pb2_grpc.add_HealthServicer_to_server(  # type: ignore[no-untyped-call]
+            self.health, server)
         self._port = self._bind(server)
         server.start()
         self._server, self._pool = server, pool
@@ -346,7 +361,7 @@ def _exit_now(code: Any) -> None:
     os._exit(1)
 
 
-def serve(learner: Any, address: str, *, grace: float = 30.0, **server_options: Any) -> None:
+def serve(learner: Learner, address: str, *, grace: float = 30.0, **server_options: Any) -> None:
     """Serves `learner` until SIGTERM or SIGINT, then drains for up to `grace` seconds.
 
     Prints "learner listening on <host>:<port>" once bound. Under a supervisor (with

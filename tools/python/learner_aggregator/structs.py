@@ -8,7 +8,7 @@ numpy scalars and numpy arrays (as nested lists) are accepted too.
 from __future__ import annotations
 
 import numbers
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from google.protobuf import struct_pb2
 
@@ -80,11 +80,11 @@ def from_value(value: struct_pb2.Value) -> Any:
     return None
 
 
-def from_struct(struct: struct_pb2.Struct) -> dict:
+def from_struct(struct: struct_pb2.Struct) -> Dict[str, Any]:
     """The plain dict form of a Struct."""
     return {key: from_value(item) for key, item in struct.fields.items()}
 
 
-def from_list(list_value: struct_pb2.ListValue) -> list:
+def from_list(list_value: struct_pb2.ListValue) -> List[Any]:
     """The plain list form of a ListValue."""
     return [from_value(item) for item in list_value.values]

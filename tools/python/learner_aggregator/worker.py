@@ -43,6 +43,7 @@ from typing import Any, Optional, Type, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 
+from learner_aggregator.errors import LearnerAggregatorError
 from learner_aggregator.structs import fill_value, from_list, to_value
 from learner_aggregator._proto import worker_pb2
 
@@ -60,7 +61,7 @@ Kind = worker_pb2.WorkerError
 M = TypeVar("M", bound=Message)
 
 
-class WorkerChannelError(Exception):
+class WorkerChannelError(LearnerAggregatorError):
     """The channel is missing, broken, or carried a frame that does not parse."""
 
 
@@ -101,7 +102,7 @@ class WorkerChannel:
                 f"worker channel: the peer announced a frame of {length} bytes, over the "
                 f"limit of {self._max_frame_bytes}")
         body = self._read_exactly(length, at_frame_start=False) if length else b""
-        message = message_type()
+        message: M = message_type()
         try:
             message.ParseFromString(body)
         except DecodeError:
@@ -204,7 +205,8 @@ def _public(name: str) -> bool:
     return bool(name) and not name.startswith("_")
 
 
-def _set_error(reply: worker_pb2.WorkerReply, kind: int, message: str) -> None:
+def _set_error(reply: worker_pb2.WorkerReply, kind: "worker_pb2.WorkerError.Kind",
+               message: str) -> None:
     reply.ClearField("data")
     reply.error.kind = kind
     reply.error.message = message
