@@ -64,6 +64,9 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
         self._learner = learner
         self._lock = lock
         self._on_exit = on_exit
+        # Whether learn() takes `membership`: inspect.signature() costs more than the
+        # rest of a small Learn's bookkeeping, so it is asked once, not per call.
+        self._learn_takes_membership: Optional[bool] = None
 
     def _call(self, context: grpc.ServicerContext, name: str, *args: Any,
               **kwargs: Any) -> Any:
@@ -128,8 +131,7 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
               context: grpc.ServicerContext) -> learner_pb2.LearnReply:
         samples: List[Sample] = [Sample(s.data, from_struct(s.meta)) for s in request.samples]
         extra: Dict[str, Membership] = {}
-        if request.HasField("membership") and _takes(getattr(self._learner, "learn", None),
-                                                    "membership"):
+        if request.HasField("membership") and self._takes_membership():
             extra["membership"] = {"generation": request.membership.generation,
                                    "members": list(request.membership.members)}
         info = self._call(context, "learn", samples, **extra) or {}
@@ -140,6 +142,12 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
                 buffer_id=str(info.get("buffer_id", "")))
 
         return self._convert(context, "learn", build)
+
+    def _takes_membership(self) -> bool:
+        if self._learn_takes_membership is None:
+            self._learn_takes_membership = _takes(getattr(self._learner, "learn", None),
+                                                  "membership")
+        return self._learn_takes_membership
 
     def CloseTask(self, request: learner_pb2.CloseTaskRequest,
                   context: grpc.ServicerContext) -> learner_pb2.CloseTaskReply:
