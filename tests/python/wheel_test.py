@@ -1,11 +1,14 @@
 """The SDK as a user gets it: tools/python/build_wheel, a fresh venv
 (--system-site-packages, for Debian's grpcio, protobuf and numpy), `pip install
 --no-index` of the wheel, then the README's Python snippets run from the installed
-package, outside the checkout and with no PYTHONPATH; `mypy --strict` (Debian's) clean
+package, outside the checkout and with no PYTHONPATH (so do a worker of the worker
+runtime and the DQN example's learner and coordinator); `mypy --strict` (Debian's) clean
 on the wheel's package and on the snippets as user code of the installed package."""
 
+import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +16,8 @@ import unittest
 import zipfile
 
 import testutil
+from learner_aggregator._proto import worker_pb2
+from learner_aggregator.worker import WORKER_FD_ENV, WorkerChannel
 
 ROOT = os.getcwd()  # the runfiles root (or a checkout)
 
@@ -99,19 +104,63 @@ class WheelTest(unittest.TestCase):
             paths.append(os.path.join(self.work, name))
             with open(paths[-1], "w") as f:
                 f.write(code)
-        learner = subprocess.Popen([self.python, paths[0], "127.0.0.1:0"], cwd=self.work,
-                                   env=clean_env(), stdout=subprocess.PIPE, text=True)
-        self.addCleanup(lambda: (learner.poll() is None and learner.kill(), learner.wait(),
-                                 learner.stdout.close()))
-        line = learner.stdout.readline()
-        self.assertIn("learner listening on 127.0.0.1:", line)
-        port = int(line.rsplit(":", 1)[1])
+        learner, port = self.start_learner([paths[0], "127.0.0.1:0"])
         # A coordinator talks to one learner exactly as to an aggregator.
         coordinator = self.run_python(paths[1], f"127.0.0.1:{port}")
         self.assertEqual(coordinator.returncode, 0, coordinator.stderr)
         lines = coordinator.stdout.splitlines()
         self.assertEqual([float(line.split()[0]) for line in lines], [1, 2, 3, 4, 5])
         self.assertIn("['4-0', '4-1', '4-2']", lines[-1])
+        learner.terminate()
+        self.assertEqual(learner.wait(testutil.LONG_WAIT), 0)
+
+    def start_learner(self, argv: "list[str]") -> "tuple[subprocess.Popen, int]":
+        """A learner process of the venv's python; its port, from the line serve() prints."""
+        learner = subprocess.Popen([self.python, *argv], cwd=self.work, env=clean_env(),
+                                   stdout=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (learner.poll() is None and learner.kill(), learner.wait(),
+                                 learner.stdout.close()))
+        for line in learner.stdout:
+            if "learner listening on 127.0.0.1:" in line:
+                return learner, int(line.rsplit(":", 1)[1])
+        raise AssertionError(f"the learner exited with {learner.wait()} before listening")
+
+    def test_worker_runtime_runs_from_the_installed_package(self):
+        program = os.path.join(self.work, "worker.py")
+        with open(program, "w") as f:
+            f.write("import sys\nfrom learner_aggregator.worker import run_worker\n"
+                    "class Doubler:\n    def double(self, x: float) -> float:\n"
+                    "        return 2 * x\nsys.exit(run_worker(Doubler))\n")
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        parent.settimeout(testutil.LONG_WAIT)
+        env = dict(clean_env(), **{WORKER_FD_ENV: str(child.fileno())})
+        process = subprocess.Popen([self.python, program], cwd=self.work, env=env,
+                                   pass_fds=[child.fileno()])
+        child.close()
+        channel = WorkerChannel(parent)
+        self.addCleanup(channel.close)
+        self.addCleanup(lambda: (process.poll() is None and process.kill(), process.wait()))
+        self.assertEqual(channel.read(worker_pb2.WorkerReply).method, "_init")
+        request = worker_pb2.WorkerRequest(req_id="1", method="double")
+        request.args.values.add().number_value = 21
+        channel.write(request)
+        self.assertEqual(channel.read(worker_pb2.WorkerReply).data.number_value, 42)
+        channel.write(worker_pb2.WorkerRequest(req_id="2", method="_shutdown"))
+        self.assertEqual(process.wait(testutil.LONG_WAIT), 0)
+
+    def test_dqn_example_runs_from_the_installed_package(self):
+        example = os.path.join(ROOT, "tools/python/examples/cartpole_dqn")
+        learner, port = self.start_learner([os.path.join(example, "learner.py"),
+                                            "--listen", "127.0.0.1:0"])
+        summary = os.path.join(self.work, "summary.json")
+        run = subprocess.run(
+            [self.python, os.path.join(example, "coordinator.py"), "--address",
+             f"127.0.0.1:{port}", "--max-env-steps", "400", "--learning-starts", "300",
+             "--summary", summary, "--no-progress"], cwd=self.work, env=clean_env(),
+            capture_output=True, text=True, timeout=240)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        with open(summary) as f:
+            self.assertEqual(json.load(f)["train_steps"], 101)
         learner.terminate()
         self.assertEqual(learner.wait(testutil.LONG_WAIT), 0)
 

@@ -139,6 +139,7 @@ class Learner:
     batch = 3
     def get_resource(self): return {"gpus": 0}
     def get_data(self): return {"batch_size": self.batch}
+    def quit(self, code): raise SystemExit(int(code))
 serve(Learner(), sys.argv[1], grace=1.0)
 print("serve returned", flush=True)
 """
@@ -171,6 +172,15 @@ class ServeUnderChannelTest(unittest.TestCase):
         self.assertEqual(from_value(child.call("2", "get_data").data), {"batch_size": 3.0})
         child.channel.write(worker_pb2.WorkerRequest(req_id="3", method="_shutdown"))
         self.assertEqual(child.wait(), 0)
+
+    def test_system_exit_over_the_channel_is_answered_then_exits(self):
+        child = self.start()
+        child.read()
+        child.read()  # _listening
+        reply = child.call("1", "quit", 4)
+        self.assertEqual(reply.error.kind, Kind.KIND_FAILED)
+        self.assertEqual(reply.error.message, "SystemExit: 4")
+        self.assertEqual(child.wait(), 4)
 
     def test_sigterm_drains(self):
         child = self.start()
