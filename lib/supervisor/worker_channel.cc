@@ -183,11 +183,14 @@ absl::StatusOr<bool> WorkerChannel::TryRead(
           absl::StrCat("worker channel: the stream ended inside a frame (",
                        partial_bytes(), " bytes of it received)"));
     }
-    // Room for at least the rest of the current frame, or one chunk.
+    // Room for one chunk, or for a frame's bytes as they arrive: at most
+    // twice what has been received, up to the frame's end. Not its declared
+    // length at once (a 5-byte header made that a 250 MB allocation).
     size_t want = kReadChunk;
     if (partial_bytes() >= kHeaderBytes) {
-      want = std::max<size_t>(
-          want, kHeaderBytes + DecodeLength(read_buffer_.data() + read_begin_));
+      const size_t frame =
+          kHeaderBytes + DecodeLength(read_buffer_.data() + read_begin_);
+      want = std::max(want, std::min(frame, 2 * partial_bytes()));
     }
     if (read_begin_ > 0 && read_buffer_.size() - read_begin_ < want) {
       std::memmove(read_buffer_.data(), read_buffer_.data() + read_begin_,
