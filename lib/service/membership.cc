@@ -24,6 +24,16 @@ Membership::Membership(std::chrono::milliseconds first_retry,
 void Membership::SetPolicy(OnLearnerFailure policy) {
   MutexLock lock(&mu_);
   policy_ = policy;
+  if (policy == OnLearnerFailure::kFail) {
+    // Every ready learner is a member now: standings from shrink (out,
+    // rejoining, their retry delays) no longer hold, and status must not show
+    // them. Epochs and who has the task stay, should shrink come back.
+    for (auto& [id, entry] : entries_) {
+      entry.standing = {};
+      entry.retry_at = {};
+      entry.retry_delay = std::chrono::milliseconds(0);
+    }
+  }
 }
 
 OnLearnerFailure Membership::policy() const {
