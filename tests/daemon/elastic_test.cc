@@ -6,11 +6,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <set>
+#include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "google/protobuf/struct.pb.h"
 #include "proto/admin.grpc.pb.h"
@@ -326,6 +331,39 @@ std::pair<double, int> Step(pb::Learner::Stub& stub, int step) {
   return {Seconds(Clock::now() - started), demand.membership().members_size()};
 }
 
+// `aggregatorctl status`'s learner table, each row split on blanks, by its
+// first word (the header row under "LEARNER"; "LEARN ms p50/p99" is three
+// words there).
+std::map<std::string, std::vector<std::string>> CtlLearnerTable(
+    const std::string& admin_address) {
+  auto ctl =
+      Spawn({"tools/cli/aggregatorctl", "--admin", admin_address, "status"});
+  const std::string out = ReadAll(*ctl, /*from_stderr=*/false);
+  auto exit = ctl->Wait(Clock::now() + std::chrono::seconds(10));
+  REQUIRE(exit.ok());
+  INFO(out);
+  REQUIRE(exit->ok());
+  std::map<std::string, std::vector<std::string>> rows;
+  std::istringstream lines(out);
+  std::string line;
+  std::getline(lines, line);  // aggregatord <version> ...
+  while (std::getline(lines, line) && !line.empty()) {
+    std::istringstream words(line);
+    std::vector<std::string> row;
+    for (std::string word; words >> word;) row.push_back(word);
+    if (row.empty()) continue;
+    if (row[0] == "LEARNER") {  // "LEARN ms p50/p99": one column
+      const auto learn = std::find(row.begin(), row.end(), "LEARN");
+      if (learn != row.end() && row.end() - learn >= 3) {
+        *learn = "LEARN ms p50/p99";
+        row.erase(learn + 1, learn + 3);
+      }
+    }
+    rows[row[0]] = row;
+  }
+  return rows;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -370,6 +408,26 @@ TEST_CASE(
   CHECK(StragglerGauge(*server, "slow") == 1);
   CHECK(CapturedLogs().Count("learner slow (" + laggard->address +
                              ") holds the steps back: straggler") == 1);
+  // aggregatorctl status: the standing in PLANS, the flag in its own column
+  // (issue 26 item 18: it printed "in,slow" under PLANS).
+  const std::map<std::string, std::vector<std::string>> table =
+      CtlLearnerTable(server->admin_address());
+  REQUIRE(table.count("LEARNER") == 1);
+  const std::vector<std::string>& header = table.at("LEARNER");
+  const auto column = [&](const std::string& name) {
+    const auto at = std::find(header.begin(), header.end(), name);
+    REQUIRE(at != header.end());
+    return static_cast<size_t>(at - header.begin());
+  };
+  const size_t plans = column("PLANS");
+  REQUIRE(column("FLAGS") == plans + 1);
+  REQUIRE(table.count("slow") == 1);
+  REQUIRE(table.count("a") == 1);
+  REQUIRE(table.at("slow").size() > plans + 1);
+  CHECK(table.at("slow")[plans] == "in");
+  CHECK(table.at("slow")[plans + 1] == "straggler");
+  CHECK(table.at("a")[plans] == "in");
+  CHECK(table.at("a")[plans + 1] == "-");
   WriteFaults(faults, "");
   Step(*stub, 3);
   CHECK_FALSE(flagged());

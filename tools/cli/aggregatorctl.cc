@@ -158,15 +158,17 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
               static_cast<long long>(status.config_generation()),
               static_cast<long long>(status.uptime().seconds()));
   // LEARN ms: the median and 99th percentile of its last 256 Learns.
-  std::printf("%-16s %-24s %-11s %8s %8s %15s %-10s  %s\n", "LEARNER",
+  // PLANS: its standing (in, out, rejoining); FLAGS: what is noticed of it
+  // while it stays in (straggler), "-" for nothing.
+  std::printf("%-16s %-24s %-11s %8s %8s %15s %-10s %-10s  %s\n", "LEARNER",
               "ADDRESS", "STATE", "CALLS", "FAILURES", "LEARN ms p50/p99",
-              "PLANS", "LAST ERROR");
+              "PLANS", "FLAGS", "LAST ERROR");
   for (const auto& learner : status.learners()) {
     // "out: why" goes in front of the last error: it is why it is out.
     const std::string& standing = learner.standing();
     const size_t colon = standing.find(':');
-    std::string plans = standing.substr(0, colon);
-    if (learner.straggler()) plans += ",slow";
+    const std::string plans = standing.substr(0, colon);
+    const std::string flags = learner.straggler() ? "straggler" : "-";
     std::string detail = learner.last_error();
     if (colon != std::string::npos) {
       detail =
@@ -174,12 +176,13 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
     }
     const std::string times = absl::StrFormat(
         "%.1f/%.1f", learner.learn_p50_ms(), learner.learn_p99_ms());
-    std::printf("%-16s %-24s %-11s %8lld %8lld %15s %-10s  %s\n",
+    std::printf("%-16s %-24s %-11s %8lld %8lld %15s %-10s %-10s  %s\n",
                 learner.id().c_str(), learner.address().c_str(),
                 StateName(pb::LearnerState_Name(learner.state())).c_str(),
                 static_cast<long long>(learner.calls()),
                 static_cast<long long>(learner.failures()), times.c_str(),
-                plans.empty() ? "in" : plans.c_str(), detail.c_str());
+                plans.empty() ? "in" : plans.c_str(), flags.c_str(),
+                detail.c_str());
   }
   if (status.workers_size() > 0) {
     std::printf("\n%-16s %5s %8s %-10s %8s  %s\n", "WORKER", "INDEX", "PID",
