@@ -1152,6 +1152,11 @@ class Parser {
     const bool key_ok = ReadPem(*key, key_out);
     if (!cert_ok || !key_ok) return false;
     if (!read_files_) return true;
+    // The peer checks the whole chain: each certificate must be valid now.
+    if (absl::Status valid = CheckValidity(cert_out->pem); !valid.ok()) {
+      Error(*cert, absl::StrCat(Quote(cert_out->path), ": ", valid.message()));
+      return false;
+    }
     if (absl::Status pair = CheckKeyPair(cert_out->pem, key_out->pem);
         !pair.ok()) {
       Error(*key, absl::StrCat(Quote(key_out->path), " with ",

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/port_holder.h"
 #include "lib/config/config_diff.h"
+#include "lib/tls/pem.h"
 
 namespace aggregator {
 namespace {
@@ -60,6 +61,14 @@ absl::Status ListenFailure(const HostPort& address, const char* key,
 
 ServerIdentity IdentityOf(const ServerTlsConfig& tls) {
   return ServerIdentity{tls.cert.pem, tls.key.pem, tls.client_ca.pem};
+}
+
+// A served certificate that expires within a week: said at start and at
+// each reload that sets one, while there is time to renew it.
+void WarnIfExpiresSoon(const ServerTlsConfig& tls) {
+  if (auto soon = ExpiresSoon(tls.cert.pem, std::chrono::hours(24 * 7))) {
+    spdlog::warn("tls.cert {}: {}; renew it and reload", tls.cert.path, *soon);
+  }
 }
 
 const char* Security(const AggregatorConfig& config) {
@@ -162,6 +171,7 @@ absl::StatusOr<std::unique_ptr<AggregatorServer>> AggregatorServer::Start(
           "comes from LoadConfigFile)"));
     }
     self->tls_ = std::make_unique<ServerTls>(IdentityOf(*config.tls));
+    WarnIfExpiresSoon(*config.tls);
   }
   auto credentials = [raw]() {
     return raw->tls_ ? raw->tls_->Credentials()
@@ -478,6 +488,7 @@ absl::StatusOr<ReloadResult> AggregatorServer::Reload(
   }
   if (tls_ && next.tls && config().tls != next.tls) {
     tls_->Update(IdentityOf(*next.tls));
+    WarnIfExpiresSoon(*next.tls);
   }
   {
     MutexLock lock(&config_mu_);

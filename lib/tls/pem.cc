@@ -5,10 +5,13 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <ctime>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace aggregator {
 namespace {
@@ -39,9 +42,97 @@ std::string OpenSslReason() {
   return reason != nullptr ? reason : absl::StrCat("OpenSSL error ", code);
 }
 
+// The certificates of `pem` that parse, in order (stops at the first that
+// does not).
+std::vector<Cert> ReadAll(absl::string_view pem) {
+  Bio bio = ReadOnly(pem);
+  std::vector<Cert> certs;
+  for (;;) {
+    Cert cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+    if (cert == nullptr) break;
+    certs.push_back(std::move(cert));
+  }
+  ERR_clear_error();
+  return certs;
+}
+
+// "certificate 2 (CN=localhost)".
+std::string Describe(const Cert& cert, size_t index) {
+  Bio bio(BIO_new(BIO_s_mem()));
+  X509_NAME_print_ex(bio.get(), X509_get_subject_name(cert.get()), 0,
+                     XN_FLAG_RFC2253);
+  char* text = nullptr;
+  const long size = BIO_get_mem_data(bio.get(), &text);
+  return absl::StrCat("certificate ", index + 1, " (",
+                      std::string(text, static_cast<size_t>(size)), ")");
+}
+
+// "2026-12-05 00:26:58 UTC".
+std::string Format(const ASN1_TIME* time) {
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(time, &tm) != 1) return "an unreadable date";
+  return absl::StrFormat("%04d-%02d-%02d %02d:%02d:%02d UTC", tm.tm_year + 1900,
+                         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                         tm.tm_sec);
+}
+
+// Why `cert` is not valid at `now`, or "" when it is.
+std::string Invalidity(const Cert& cert, size_t index,
+                       std::chrono::system_clock::time_point now) {
+  time_t at = std::chrono::system_clock::to_time_t(now);
+  const ASN1_TIME* not_before = X509_get0_notBefore(cert.get());
+  const ASN1_TIME* not_after = X509_get0_notAfter(cert.get());
+  // X509_cmp_time: -1 before `at`, 1 after, 0 on an unreadable time.
+  if (X509_cmp_time(not_after, &at) <= 0) {
+    return absl::StrCat(Describe(cert, index), " expired at ",
+                        Format(not_after));
+  }
+  if (X509_cmp_time(not_before, &at) >= 0) {
+    return absl::StrCat(Describe(cert, index), " is not valid before ",
+                        Format(not_before));
+  }
+  return "";
+}
+
 }  // namespace
 
-absl::Status CheckCertificates(absl::string_view pem) {
+absl::Status CheckValidity(absl::string_view pem,
+                           std::chrono::system_clock::time_point now) {
+  const std::vector<Cert> certs = ReadAll(pem);
+  for (size_t i = 0; i < certs.size(); ++i) {
+    const std::string why = Invalidity(certs[i], i, now);
+    if (!why.empty()) return absl::InvalidArgumentError(why);
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::string> ExpiresSoon(
+    absl::string_view pem, std::chrono::system_clock::duration within,
+    std::chrono::system_clock::time_point now) {
+  const std::vector<Cert> certs = ReadAll(pem);
+  time_t soon = std::chrono::system_clock::to_time_t(now + within);
+  for (size_t i = 0; i < certs.size(); ++i) {
+    const ASN1_TIME* not_after = X509_get0_notAfter(certs[i].get());
+    if (X509_cmp_time(not_after, &soon) < 0) {
+      int days = 0;
+      int seconds = 0;
+      std::unique_ptr<ASN1_TIME, decltype(&ASN1_TIME_free)> from(
+          ASN1_TIME_set(nullptr, std::chrono::system_clock::to_time_t(now)),
+          &ASN1_TIME_free);
+      if (from == nullptr ||
+          ASN1_TIME_diff(&days, &seconds, from.get(), not_after) != 1) {
+        days = seconds = 0;
+      }
+      return absl::StrFormat("%s expires at %s, in %.1f days",
+                             Describe(certs[i], i), Format(not_after),
+                             days + seconds / 86400.0);
+    }
+  }
+  return std::nullopt;
+}
+
+absl::Status CheckCertificates(absl::string_view pem,
+                               std::chrono::system_clock::time_point now) {
   Bio bio = ReadOnly(pem);
   int count = 0;
   for (;;) {
@@ -55,7 +146,18 @@ absl::Status CheckCertificates(absl::string_view pem) {
   if (count > 0 && ERR_GET_LIB(last) == ERR_LIB_PEM &&
       ERR_GET_REASON(last) == PEM_R_NO_START_LINE) {
     ERR_clear_error();
-    return absl::OkStatus();
+    // At least one is valid now; else name the first.
+    const std::vector<Cert> certs = ReadAll(pem);
+    std::string first_why;
+    for (size_t i = 0; i < certs.size(); ++i) {
+      const std::string why = Invalidity(certs[i], i, now);
+      if (why.empty()) return absl::OkStatus();
+      if (first_why.empty()) first_why = why;
+    }
+    return absl::InvalidArgumentError(
+        certs.size() == 1
+            ? first_why
+            : absl::StrCat("no certificate is valid now: ", first_why));
   }
   const std::string reason = OpenSslReason();
   return absl::InvalidArgumentError(

@@ -4,14 +4,39 @@
 #ifndef LIB_TLS_PEM_H_
 #define LIB_TLS_PEM_H_
 
+#include <chrono>
+#include <optional>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace aggregator {
 
 // `pem` holds one or more X.509 certificates and nothing unparsable between
-// them. INVALID_ARGUMENT saying what is wrong otherwise.
-absl::Status CheckCertificates(absl::string_view pem);
+// them, and at least one of them is valid at `now` (a CA bundle may carry an
+// old root beside good ones; a file of only expired or not yet valid
+// certificates trusts or proves nothing). INVALID_ARGUMENT saying what is
+// wrong otherwise.
+absl::Status CheckCertificates(absl::string_view pem,
+                               std::chrono::system_clock::time_point now =
+                                   std::chrono::system_clock::now());
+
+// Every certificate of `pem` (a served or presented chain: each one is
+// checked by the peer) is valid at `now`. INVALID_ARGUMENT naming the first
+// that is not, its subject and the date, e.g. "certificate 1 (CN=localhost)
+// expired at 2026-12-05 00:26:58 UTC".
+absl::Status CheckValidity(absl::string_view pem,
+                           std::chrono::system_clock::time_point now =
+                               std::chrono::system_clock::now());
+
+// When a certificate of `pem` expires before `now + within`: which and when,
+// e.g. "certificate 1 (CN=localhost) expires at 2026-12-08 00:26:58 UTC, in
+// 1.9 days"; nullopt otherwise.
+std::optional<std::string> ExpiresSoon(
+    absl::string_view pem, std::chrono::system_clock::duration within,
+    std::chrono::system_clock::time_point now =
+        std::chrono::system_clock::now());
 
 // `key_pem` is a private key that belongs to the first certificate of
 // `cert_pem` (a chain starts with its leaf).

@@ -1549,5 +1549,62 @@ TEST_CASE("connect.keepalive: time at least 1s, and a timeout",
         "here: time, timeout");
 }
 
+TEST_CASE(
+    "LoadConfigFile refuses expired and not yet valid certificates, naming "
+    "the key's file:line:column (issue 26 item 4)",
+    "[config][tls]") {
+  const testing::Certificates& certs = testing::Certs();
+  const std::string dir = testing::TempDir();
+  auto load = [&](const std::string& cert, const std::string& key,
+                  const std::string& client_ca) {
+    return LoadConfigFile(testing::WriteFile(
+        dir + "/tls.yaml", "tls:\n  cert: " + cert + "\n  key: " + key +
+                               "\n  client_ca: " + client_ca + "\n"));
+  };
+  const std::string ca = certs.Path("ca.crt");
+  REQUIRE(load(certs.Path("server.crt"), certs.Path("server.key"), ca).ok());
+
+  auto expired = load(certs.Path("expired.crt"), certs.Path("expired.key"), ca);
+  REQUIRE_FALSE(expired.ok());
+  CHECK_THAT(std::string(expired.status().message()),
+             Contains(":2:9: tls.cert: \"" + certs.Path("expired.crt") +
+                      "\": certificate 1 (CN=localhost) expired at "
+                      "2021-01-01 00:00:00 UTC"));
+  auto future = load(certs.Path("future.crt"), certs.Path("future.key"), ca);
+  REQUIRE_FALSE(future.ok());
+  CHECK_THAT(std::string(future.status().message()),
+             Contains(":2:9: tls.cert: \"" + certs.Path("future.crt") +
+                      "\": certificate 1 (CN=localhost) is not valid before "
+                      "2099-12-01 00:00:00 UTC"));
+  // A chain is checked whole: a valid leaf before an expired one.
+  const std::string chain = testing::WriteFile(
+      dir + "/chain.crt", certs.Read("server.crt") + certs.Read("expired.crt"));
+  auto in_chain = load(chain, certs.Path("server.key"), ca);
+  REQUIRE_FALSE(in_chain.ok());
+  CHECK_THAT(std::string(in_chain.status().message()),
+             Contains(":2:9: tls.cert: \"" + chain +
+                      "\": certificate 2 (CN=localhost) expired at"));
+  // A CA file with nothing valid in it; one with a valid CA beside an
+  // expired one is taken (a bundle may carry an old root).
+  auto old_ca = load(certs.Path("server.crt"), certs.Path("server.key"),
+                     certs.Path("expired.crt"));
+  REQUIRE_FALSE(old_ca.ok());
+  CHECK_THAT(std::string(old_ca.status().message()),
+             Contains(":4:14: tls.client_ca: \"" + certs.Path("expired.crt") +
+                      "\": certificate 1 (CN=localhost) expired at"));
+  const std::string bundle = testing::WriteFile(
+      dir + "/bundle.crt", certs.Read("expired.crt") + certs.Read("ca.crt"));
+  CHECK(load(certs.Path("server.crt"), certs.Path("server.key"), bundle).ok());
+  // learner_tls and a learner's tls too.
+  auto client = LoadConfigFile(testing::WriteFile(
+      dir + "/client.yaml", "learner_tls:\n  ca: " + ca +
+                                "\n  cert: " + certs.Path("future.crt") +
+                                "\n  key: " + certs.Path("future.key") + "\n"));
+  REQUIRE_FALSE(client.ok());
+  CHECK_THAT(std::string(client.status().message()),
+             Contains(":3:9: learner_tls.cert: \"" + certs.Path("future.crt") +
+                      "\": certificate 1 (CN=localhost) is not valid before"));
+}
+
 }  // namespace
 }  // namespace aggregator

@@ -28,6 +28,9 @@ inline void Shell(const std::string& script) {
 //   server      (ca, localhost)     server-b (ca, localhost: the rotated one)
 //   wrong-name  (ca, elsewhere.example)
 //   client      (ca)                stranger (other-ca)
+//   expired     (ca, localhost, 2020-2021)
+//   future      (ca, localhost, 2099-2100)
+// (each valid for 2 days otherwise: every one expires within a week)
 struct Certificates {
   Certificates() : dir(testing::TempDir()) {
     Shell("cd " + dir +
@@ -40,6 +43,10 @@ struct Certificates {
     Sign("wrong-name", "ca", "elsewhere.example");
     Sign("client", "ca", "client");
     Sign("stranger", "other-ca", "client");
+    SignDated("expired", "ca", "localhost", "20200101000000Z",
+              "20210101000000Z");
+    SignDated("future", "ca", "localhost", "20991201000000Z",
+              "21001201000000Z");
   }
 
   void Sign(const std::string& name, const std::string& ca,
@@ -50,6 +57,26 @@ struct Certificates {
           name + ".ext && openssl x509 -req -in " + name + ".csr -CA " + ca +
           ".crt -CAkey " + ca + ".key -CAcreateserial -days 2 -extfile " +
           name + ".ext -out " + name + ".crt >/dev/null");
+  }
+
+  // `name`.crt/.key, signed by `ca` for `host`, valid from `start` to `end`
+  // ("YYYYMMDDHHMMSSZ", either side of now): an expired or not yet valid
+  // certificate (openssl ca sets any dates; openssl x509 only -days).
+  void SignDated(const std::string& name, const std::string& ca,
+                 const std::string& host, const std::string& start,
+                 const std::string& end) {
+    Shell("cd " + dir + " && openssl req -newkey rsa:2048 -nodes -subj /CN=" +
+          host + " -keyout " + name + ".key -out " + name +
+          ".csr >/dev/null && mkdir -p " + name + ".db && cd " + name +
+          ".db && : > index.txt && echo 01 > serial && printf '"
+          "[ca]\\ndefault_ca = c\\n[c]\\ndatabase = index.txt\\n"
+          "new_certs_dir = .\\nserial = serial\\ndefault_md = sha256\\n"
+          "policy = p\\nunique_subject = no\\n[p]\\n"
+          "commonName = supplied\\n' > ca.cnf && openssl ca -batch -notext "
+          "-config ca.cnf -cert ../" +
+          ca + ".crt -keyfile ../" + ca + ".key -in ../" + name +
+          ".csr -startdate " + start + " -enddate " + end + " -out ../" + name +
+          ".crt >/dev/null");
   }
 
   std::string Path(const std::string& file) const { return dir + "/" + file; }

@@ -17,6 +17,7 @@
 #include "lib/server/aggregator_server.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
+#include "tests/testing/log_capture.h"
 #include "tests/testing/process_helpers.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/tls_certificates.h"
@@ -247,6 +248,7 @@ TEST_CASE("A certificate rotated on disk is served after a reload") {
           Certs().Path(from + ".key") + " " + dir + "/tls.key");
   };
   copy("server");
+  testing::CaptureSink& logs = testing::CapturedLogs();
   ExampleLearnerOptions slow;
   slow.delay = std::chrono::milliseconds(1500);
   slow.delay_on = "Learn";
@@ -256,6 +258,10 @@ TEST_CASE("A certificate rotated on disk is served after a reload") {
   Aggregator aggregator(tls + PlainLearners(learner->address));
   REQUIRE(aggregator.server->WaitUntilReady(testing::Clock::now() + kLongWait));
   const std::string address = aggregator.server->address();
+  // The fixture's certificates are valid for 2 days: a week's warning.
+  const std::string expires_soon =
+      "tls.cert " + dir + "/tls.crt: certificate 1 (CN=localhost) expires at ";
+  CHECK(logs.Count(expires_soon) == 1);
   auto fingerprint = [&](const std::string& pem_file) {
     auto process = Spawn(
         {"/bin/sh", "-c", "openssl x509 -noout -fingerprint -in " + pem_file});
@@ -279,6 +285,7 @@ TEST_CASE("A certificate rotated on disk is served after a reload") {
   auto reloaded = aggregator.Reload(tls + PlainLearners(learner->address));
   REQUIRE(reloaded.ok());
   CHECK_THAT(reloaded->summary, Catch::Contains("tls certificates"));
+  CHECK(logs.Count(expires_soon) == 2);
   learn.join();
   CHECK(learn_status.ok());
 
@@ -298,6 +305,24 @@ TEST_CASE("A certificate rotated on disk is served after a reload") {
   Shell("echo | openssl s_client -connect " + address +
         " -servername localhost 2>/dev/null | openssl x509 > " + served);
   CHECK(fingerprint(served) == fingerprint(Certs().Path("server-b.crt")));
+
+  // So do an expired and a not yet valid one (issue 26 item 4: taken, then
+  // every new client failed), named with the key's line and column.
+  for (const std::string& dated : {"expired", "future"}) {
+    copy(dated);
+    auto refused = aggregator.Reload(tls + PlainLearners(learner->address));
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(
+        std::string(refused.status().message()),
+        Catch::Contains(":5:13: tls.cert: \"" + dir +
+                        "/tls.crt\": certificate 1 (CN=localhost) ") &&
+            Catch::Contains(dated == "expired" ? " expired at "
+                                               : " is not valid before "));
+    Shell("echo | openssl s_client -connect " + address +
+          " -servername localhost 2>/dev/null | openssl x509 > " + served);
+    CHECK(fingerprint(served) == fingerprint(Certs().Path("server-b.crt")));
+  }
+  CHECK(GetResource(TlsChannel(address, "ca")).ok());
 }
 
 TEST_CASE("AggregatorAdmin is served on the admin listener only") {
