@@ -1153,7 +1153,7 @@ class Parser {
     if (!cert_ok || !key_ok) return false;
     if (!read_files_) return true;
     // The peer checks the whole chain: each certificate must be valid now.
-    if (absl::Status valid = CheckValidity(cert_out->pem); !valid.ok()) {
+    if (absl::Status valid = CheckChain(cert_out->pem); !valid.ok()) {
       Error(*cert, absl::StrCat(Quote(cert_out->path), ": ", valid.message()));
       return false;
     }

@@ -28,6 +28,23 @@ class CoreServerCredentials final : public grpc::ServerCredentials {
   grpc_server_credentials* const credentials_;
 };
 
+// A self-signed certificate whose key was thrown away when it was made: it
+// signs nothing, so it lets nobody in.
+constexpr char kNoClientRoots[] = R"(-----BEGIN CERTIFICATE-----
+MIIB5zCCAY2gAwIBAgIUDsUmjzaM31NvDu0ZeAjMi5x6kAkwCgYIKoZIzj0EAwIw
+SDFGMEQGA1UEAww9YWdncmVnYXRvcmQgcGxhY2Vob2xkZXI6IG5vIGNsaWVudCBj
+ZXJ0aWZpY2F0ZXMgYXJlIHJlcXVlc3RlZDAgFw0yNjEyMDYwMDMyNTVaGA8yMTI2
+MTExMjAwMzI1NVowSDFGMEQGA1UEAww9YWdncmVnYXRvcmQgcGxhY2Vob2xkZXI6
+IG5vIGNsaWVudCBjZXJ0aWZpY2F0ZXMgYXJlIHJlcXVlc3RlZDBZMBMGByqGSM49
+AgEGCCqGSM49AwEHA0IABAgq7Z1pXIIi7JX7cJ3hEoVl4wGTwNnQ7lMJFkeh0qt6
+G11Cfetpdvz4ybur04uNNTC84o/sybVtF1UHeDdPf9KjUzBRMB0GA1UdDgQWBBQV
+DTmKzXDA2vTWDNqXEAoUEXTM2jAfBgNVHSMEGDAWgBQVDTmKzXDA2vTWDNqXEAoU
+EXTM2jAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0gAMEUCIQD3UDwLUJIa
+aJn2oTIjFmrQ937hgyR0o4HXvb5/PfC4RQIgWEVG9UUa/+fnoSrCFJEknq2/Bgj5
+KH0vdkBs2FgGmXc=
+-----END CERTIFICATE-----
+)";
+
 }  // namespace
 
 struct ServerTls::Listener {
@@ -79,10 +96,13 @@ grpc_ssl_certificate_config_reload_status ServerTls::FetchFor(
   }
   grpc_ssl_pem_key_cert_pair pair = {identity_.private_key.c_str(),
                                      identity_.cert_chain.c_str()};
-  // gRPC copies the strings and takes ownership of the config. Core requires
-  // a client root list even when it asks for no client certificate (and then
-  // never uses it): our own chain stands in.
-  const char* roots = identity_.client_ca.empty() ? identity_.cert_chain.c_str()
+  // gRPC copies the strings and takes ownership of the config. gRPC 1.51's
+  // core aborts without a client root list even when it asks for no client
+  // certificate (and then never uses it): a fixed placeholder stands in, not
+  // our own chain (parsed into a store at every new config, up to its limit,
+  // and trusting whatever our CA signed should client certificates ever be
+  // asked for).
+  const char* roots = identity_.client_ca.empty() ? kNoClientRoots
                                                   : identity_.client_ca.c_str();
   *config = grpc_ssl_server_certificate_config_create(roots, &pair, 1);
   listener->fetched = generation_;

@@ -96,9 +96,14 @@ std::string Invalidity(const Cert& cert, size_t index,
 
 }  // namespace
 
-absl::Status CheckValidity(absl::string_view pem,
-                           std::chrono::system_clock::time_point now) {
+absl::Status CheckChain(absl::string_view pem,
+                        std::chrono::system_clock::time_point now) {
   const std::vector<Cert> certs = ReadAll(pem);
+  if (certs.size() > static_cast<size_t>(kMaxChainCertificates)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a chain of ", certs.size(), " certificates, over the limit of ",
+        kMaxChainCertificates, " (each handshake sends it whole)"));
+  }
   for (size_t i = 0; i < certs.size(); ++i) {
     const std::string why = Invalidity(certs[i], i, now);
     if (!why.empty()) return absl::InvalidArgumentError(why);
@@ -133,12 +138,21 @@ std::optional<std::string> ExpiresSoon(
 
 absl::Status CheckCertificates(absl::string_view pem,
                                std::chrono::system_clock::time_point now) {
+  if (pem.size() > kMaxPemBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(pem.size(), " bytes, over the limit of ", kMaxPemBytes,
+                     " for a file of certificates"));
+  }
   Bio bio = ReadOnly(pem);
   int count = 0;
   for (;;) {
     Cert cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
     if (cert == nullptr) break;
-    ++count;
+    if (++count > kMaxCertificates) {
+      ERR_clear_error();
+      return absl::InvalidArgumentError(
+          absl::StrCat("more than ", kMaxCertificates, " certificates"));
+    }
   }
   // The loop ends at the end of the text (PEM_R_NO_START_LINE) or at a block
   // that does not parse.

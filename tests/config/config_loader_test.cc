@@ -6,9 +6,11 @@
 
 #include <catch2/catch.hpp>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -1604,6 +1606,70 @@ TEST_CASE(
   CHECK_THAT(std::string(client.status().message()),
              Contains(":3:9: learner_tls.cert: \"" + certs.Path("future.crt") +
                       "\": certificate 1 (CN=localhost) is not valid before"));
+}
+
+TEST_CASE(
+    "LoadConfigFile refuses a certificate file over 1 MiB or 1000 "
+    "certificates, and a served chain over 16 (issue 26 item 16)",
+    "[config][tls]") {
+  const testing::Certificates& certs = testing::Certs();
+  const std::string dir = testing::TempDir();
+  auto load = [&](const std::string& cert, const std::string& client_ca) {
+    return LoadConfigFile(testing::WriteFile(
+        dir + "/tls.yaml", "tls:\n  cert: " + cert +
+                               "\n  key: " + certs.Path("server.key") +
+                               "\n  client_ca: " + client_ca + "\n"));
+  };
+  auto repeated = [&](const std::string& name, const std::string& pem,
+                      int times) {
+    std::string text;
+    for (int i = 0; i < times; ++i) text += pem;
+    return testing::WriteFile(dir + "/" + name, text);
+  };
+  const std::string server = certs.Read("server.crt");
+  const std::string ca = certs.Path("ca.crt");
+
+  const std::string sixteen = repeated("sixteen.crt", server, 16);
+  CHECK(load(sixteen, ca).ok());
+  const std::string seventeen = repeated("seventeen.crt", server, 17);
+  auto long_chain = load(seventeen, ca);
+  REQUIRE_FALSE(long_chain.ok());
+  CHECK_THAT(std::string(long_chain.status().message()),
+             Contains(":2:9: tls.cert: \"" + seventeen +
+                      "\": a chain of 17 certificates, over the limit of 16"));
+
+  // 15 MB of certificates (under ReadFile's 16 MiB) as the chain or the CA.
+  const int copies = static_cast<int>(15'000'000 / server.size());
+  const std::string huge = repeated("huge.crt", server, copies);
+  const std::string huge_size = std::to_string(copies * server.size());
+  for (const auto& [cert, client_ca, where] :
+       {std::tuple<std::string, std::string, std::string>{huge, ca,
+                                                          ":2:9: tls.cert: "},
+        {certs.Path("server.crt"), huge, ":4:14: tls.client_ca: "}}) {
+    auto refused = load(cert, client_ca);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(std::string(refused.status().message()),
+               Contains(where + "\"" + huge + "\": " + huge_size +
+                        " bytes, over the limit of 1048576 for a file of "
+                        "certificates"));
+  }
+  // Small certificates: the count is bounded under the size.
+  testing::Shell("cd " + dir +
+                 " && openssl req -x509 -newkey ec -pkeyopt "
+                 "ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=e "
+                 "-keyout small.key -out small.crt >/dev/null");
+  std::ifstream small_file(dir + "/small.crt");
+  const std::string small((std::istreambuf_iterator<char>(small_file)),
+                          std::istreambuf_iterator<char>());
+  REQUIRE(1001 * small.size() < 1048576);
+  const std::string many = repeated("many.crt", small, 1001);
+  auto too_many = load(certs.Path("server.crt"), many);
+  REQUIRE_FALSE(too_many.ok());
+  CHECK_THAT(std::string(too_many.status().message()),
+             Contains(":4:14: tls.client_ca: \"" + many +
+                      "\": more than 1000 certificates"));
+  CHECK(load(certs.Path("server.crt"), repeated("thousand.crt", small, 1000))
+            .ok());
 }
 
 }  // namespace
