@@ -292,15 +292,41 @@ void AggregatorServer::UpdateLearners() {
     if (shutting_down_) return;
     const AggregatorConfig config = this->config();
     std::vector<LearnerEndpoint> learners = config.learners;
-    for (LearnerEndpoint& endpoint : workers_->LearnerEndpoints()) {
-      learners.push_back(std::move(endpoint));
-    }
+    AddWorkers(&learners);
     AddDiscovered(config.learner_tls, &learners);
     if (learner_set_.has_value() && *learner_set_ == learners) return;
     learner_set_ = learners;
     pool_->SetLearners(learners);
   }
   Changed();  // the number of learners changed
+}
+
+void AggregatorServer::AddWorkers(std::vector<LearnerEndpoint>* learners) {
+  // Who holds each address so far: a learner is called once, so a worker
+  // (a channel worker says its own port) at an address already taken is
+  // left out, not a second learner on the same process.
+  std::map<std::string, std::string> holders;
+  for (const LearnerEndpoint& learner : *learners) {
+    holders.emplace(learner.address.ToString(), learner.id);
+  }
+  std::set<std::string> refused;
+  for (LearnerEndpoint& endpoint : workers_->LearnerEndpoints()) {
+    const std::string address = endpoint.address.ToString();
+    const auto [holder, added] = holders.emplace(address, endpoint.id);
+    if (added) {
+      learners->push_back(std::move(endpoint));
+      continue;
+    }
+    const std::string key = absl::StrCat(endpoint.id, " ", address);
+    refused.insert(key);
+    if (refused_workers_.count(key) == 0) {
+      spdlog::warn(
+          "worker learner {} is at {}, already learner {}'s: left out (one "
+          "process would train two slices)",
+          endpoint.id, address, holder->second);
+    }
+  }
+  refused_workers_ = std::move(refused);
 }
 
 void AggregatorServer::AddDiscovered(const std::optional<ClientTlsConfig>& tls,

@@ -135,6 +135,10 @@ class AggregatorServer {
   // discovered learners, if that set changed. Called at start, on reload, by
   // the worker manager and by the discovery loop.
   void UpdateLearners();
+  // Appends the learner workers' endpoints to `learners`, but one at an
+  // address already there (logged when new).
+  void AddWorkers(std::vector<LearnerEndpoint>* learners)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(learners_mu_);
   // Appends the discovered learners to `learners` (see the class comment).
   void AddDiscovered(const std::optional<ClientTlsConfig>& tls,
                      std::vector<LearnerEndpoint>* learners)
@@ -176,6 +180,8 @@ class AggregatorServer {
   std::vector<HostPort> discovered_ ABSL_GUARDED_BY(learners_mu_);
   // Discovered ids left out as already learners (logged when they are new).
   std::set<std::string> left_out_ ABSL_GUARDED_BY(learners_mu_);
+  // Worker learners left out so ("<id> <address>").
+  std::set<std::string> refused_workers_ ABSL_GUARDED_BY(learners_mu_);
 };
 
 }  // namespace aggregator

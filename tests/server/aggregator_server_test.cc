@@ -1,6 +1,7 @@
 // The aggregator's gRPC listener keeps its connections honest: a second
 // aggregator cannot bind the same address, a connection that never speaks is
-// closed after the handshake timeout, an idle one is sent GOAWAY.
+// closed after the handshake timeout, an idle one is sent GOAWAY; a learner
+// worker at an address already taken is left out.
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/testing/log_capture.h"
 #include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
@@ -213,4 +215,45 @@ TEST_CASE("Health agrees with the calls when min_learners is 0") {
   CHECK(LearnerStub(server->address())
             ->GetData(Deadline().get(), {}, &demand)
             .ok());
+}
+
+TEST_CASE(
+    "A channel worker that announces another learner's address is left out, "
+    "not a second learner on one process (issue 26 item 7)") {
+  CaptureSink& logs = CapturedLogs();
+  auto learner = StartLearner();
+  const std::string port =
+      learner->address.substr(learner->address.rfind(':') + 1);
+  REQUIRE(learner->address == "127.0.0.1:" + port);
+  aggregator::AggregatorConfig config =
+      FastConfig({Endpoint("l0", learner->address)}, 1);
+  // Two liars: one says l0's port; the other the same, a worker after it.
+  for (const char* name : {"liar", "echo"}) {
+    aggregator::WorkerSpec worker;
+    worker.name = name;
+    worker.command = {"tests/testing/announcing_worker", port};
+    worker.port_base = ClosedPort();
+    worker.learner = true;
+    worker.channel = true;
+    worker.stop_timeout = milliseconds(2000);
+    config.workers.push_back(worker);
+  }
+  auto server = StartAggregator(config);
+  for (const char* id : {"liar-0", "echo-0"}) {
+    const std::string announced = std::string("worker ") + id +
+                                  ": listening on port " + port +
+                                  " (announced)";
+    REQUIRE(Eventually([&] { return logs.Count(announced) == 1; },
+                       milliseconds(10000)));
+    const std::string refused = std::string("worker learner ") + id +
+                                " is at " + learner->address +
+                                ", already learner l0's: left out";
+    CHECK(Eventually([&] { return logs.Count(refused) == 1; }));
+  }
+  REQUIRE(server->WaitUntilReady(Clock::now() + kLongWait));
+  aggregator::v1::DataDemand demand;
+  REQUIRE(LearnerStub(server->address())
+              ->GetData(Deadline().get(), {}, &demand)
+              .ok());
+  CHECK(PoolIds(*server) == std::vector<std::string>{"l0"});
 }
