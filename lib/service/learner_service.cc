@@ -134,6 +134,9 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
   for (LearnerHandle& learner : view.to_replay) {
     learners.push_back(std::move(learner));
   }
+  for (LearnerHandle& learner : view.replaying) {
+    learners.push_back(std::move(learner));
+  }
   if (absl::Status enough = CheckEnough(method, settings, learners.size());
       !enough.ok()) {
     return enough;
@@ -411,7 +414,8 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
   if (!Enter(context, call.reactor, call.method, &call.path)) {
     return call.reactor;
   }
-  Membership::View view = membership_.Select(pool_->Ready());
+  Membership::View view =
+      membership_.Select(pool_->Ready(), /*claim_replays=*/true);
   if (view.to_replay.empty()) {
     PlanGetData(call, std::move(view), *request, reply);
     return call.reactor;
@@ -424,6 +428,7 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
       [this, call, request = *request, reply](auto& calls) {
         for (const auto& replay : calls) {
           Record("StartTask", replay);
+          membership_.ReplayEnded(replay.learner);
           if (replay.status.ok()) {
             membership_.Rejoined(replay.learner);
             spdlog::info("learner {} rejoins the plans: the task was replayed",

@@ -30,6 +30,7 @@ void Membership::SetPolicy(OnLearnerFailure policy) {
     // them. Epochs and who has the task stay, should shrink come back.
     for (auto& [id, entry] : entries_) {
       entry.standing = {};
+      entry.replaying = false;
       entry.retry_at = {};
       entry.retry_delay = std::chrono::milliseconds(0);
     }
@@ -41,7 +42,8 @@ OnLearnerFailure Membership::policy() const {
   return policy_;
 }
 
-Membership::View Membership::Select(const std::vector<LearnerHandle>& ready) {
+Membership::View Membership::Select(const std::vector<LearnerHandle>& ready,
+                                    bool claim_replays) {
   MutexLock lock(&mu_);
   View view;
   const Clock::time_point now = Clock::now();
@@ -57,6 +59,7 @@ Membership::View Membership::Select(const std::vector<LearnerHandle>& ready) {
       // New, or reconnected (restarted): whatever it had is gone.
       entry.epoch = learner.epoch;
       entry.has_task = false;
+      entry.replaying = false;
       entry.retry_delay = std::chrono::milliseconds(0);
       if (entry.standing.state == LearnerStanding::kOut) entry.standing = {};
     }
@@ -65,7 +68,12 @@ Membership::View Membership::Select(const std::vector<LearnerHandle>& ready) {
     }
     if (task_ && !entry.has_task) {
       entry.standing = {LearnerStanding::kRejoining, ""};
-      view.to_replay.push_back(learner);
+      if (entry.replaying) {
+        view.replaying.push_back(learner);
+      } else {
+        entry.replaying = claim_replays;
+        view.to_replay.push_back(learner);
+      }
       continue;
     }
     entry.standing = {};
@@ -105,7 +113,15 @@ void Membership::Rejoined(const LearnerHandle& learner) {
   auto it = entries_.find(learner.id);
   if (it == entries_.end() || it->second.epoch != learner.epoch) return;
   it->second.has_task = true;
+  it->second.replaying = false;
   it->second.standing = {};
+}
+
+void Membership::ReplayEnded(const LearnerHandle& learner) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(learner.id);
+  if (it == entries_.end() || it->second.epoch != learner.epoch) return;
+  it->second.replaying = false;
 }
 
 void Membership::TaskStarted(const aggregator::v1::StartTaskRequest& request,
@@ -125,7 +141,10 @@ void Membership::TaskStarted(const aggregator::v1::StartTaskRequest& request,
 void Membership::TaskClosed() {
   MutexLock lock(&mu_);
   task_.reset();
-  for (auto& [id, entry] : entries_) entry.has_task = false;
+  for (auto& [id, entry] : entries_) {
+    entry.has_task = false;
+    entry.replaying = false;
+  }
 }
 
 uint64_t Membership::generation() const {

@@ -51,7 +51,11 @@ class Membership {
   // before they join.
   struct View {
     std::vector<LearnerHandle> members;
+    // To replay the task to before they join (claimed: see Select).
     std::vector<LearnerHandle> to_replay;
+    // Rejoining, their replay claimed by another call still in flight: in no
+    // plan of this call, but ready.
+    std::vector<LearnerHandle> replaying;
     std::optional<aggregator::v1::StartTaskRequest> task;  // set with to_replay
     uint64_t generation = 0;
   };
@@ -66,12 +70,20 @@ class Membership {
   OnLearnerFailure policy() const;
 
   // `ready` in pool order. Bumps the generation when the members changed.
-  View Select(const std::vector<LearnerHandle>& ready);
+  // With `claim_replays` (the call will replay the task to view.to_replay)
+  // the learners in to_replay are claimed until ReplayEnded: other Selects
+  // list them in `replaying` meanwhile. Without, to_replay only tells.
+  View Select(const std::vector<LearnerHandle>& ready,
+              bool claim_replays = false);
 
   // shrink: `learner` leaves the plans; `why` says what failed.
   void Failed(const LearnerHandle& learner, const std::string& why);
   // The task was replayed to it: a member from now on.
   void Rejoined(const LearnerHandle& learner);
+  // The replay a Select handed out (to_replay) has ended, however it went:
+  // another Select may hand it out again. Each joining learner is replayed
+  // to by one call at a time, however many GetData run at once.
+  void ReplayEnded(const LearnerHandle& learner);
 
   // StartTask succeeded on `started` (the task is replayed to learners that
   // join later) / CloseTask.
@@ -92,7 +104,8 @@ class Membership {
     LearnerStanding standing;
     Clock::time_point retry_at{};
     std::chrono::milliseconds retry_delay{0};
-    bool has_task = false;  // replayed (or started) at this epoch
+    bool has_task = false;   // replayed (or started) at this epoch
+    bool replaying = false;  // a call replays the task to it now
   };
 
   const std::chrono::milliseconds first_retry_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <map>
@@ -14,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -240,6 +242,55 @@ TEST_CASE(
   REQUIRE(stub->Learn(Deadline().get(), batch, &reply).ok());
   CHECK(reply.task_id() == "replayed");
   CHECK(standing_of_b() == "in");
+}
+
+TEST_CASE(
+    "shrink: concurrent GetData replay the task to a rejoining learner once "
+    "(issue 26 item 6: 3 GetData made 3 StartTask)") {
+  CaptureSink& logs = CapturedLogs();
+  const std::string dir = TempDir();
+  const std::string faults = dir + "/faults";
+  aggregator::ExampleLearnerOptions slow_start;
+  slow_start.fault_file = faults;
+  auto learner_a = StartLearner();
+  auto learner_b = StartLearner(slow_start);
+  AggregatorConfig config = FastConfig(
+      {Endpoint("a", learner_a->address), Endpoint("b", learner_b->address)},
+      1);
+  config.service.on_learner_failure = OnLearnerFailure::kShrink;
+  auto server = StartReadyAggregator(config);
+  REQUIRE(Eventually([&] { return server->pool().ReadyCount() == 2; }));
+  auto stub = LearnerStub(server->address());
+  pb::StartTaskRequest task;
+  pb::StartTaskReply started;
+  REQUIRE(stub->StartTask(Deadline().get(), task, &started).ok());
+
+  // b restarts (its new connection needs the task) and takes 500 ms to
+  // start one: the GetData below all arrive while its replay is in flight.
+  const std::string b_address = learner_b->address;
+  WriteFaults(faults, "delay_ms=500 delay_on=StartTask");
+  learner_b.reset();
+  REQUIRE(Eventually([&] { return server->pool().ReadyCount() == 1; }));
+  learner_b = StartLearner(slow_start, b_address);
+  REQUIRE(Eventually([&] { return server->pool().ReadyCount() == 2; }));
+  const std::string rejoined =
+      "learner b (" + b_address + ") rejoins the plans: the task was replayed";
+  const size_t before = logs.Count(rejoined);
+  std::vector<std::thread> callers;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 3; ++i) {
+    callers.emplace_back([&] {
+      pb::DataDemand demand;
+      if (stub->GetData(Deadline().get(), {}, &demand).ok()) ++ok;
+    });
+  }
+  for (std::thread& caller : callers) caller.join();
+  CHECK(ok == 3);
+  CHECK(logs.Count(rejoined) == before + 1);
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  CHECK(demand.membership().members_size() == 2);
+  CHECK(logs.Count(rejoined) == before + 1);
 }
 
 TEST_CASE(

@@ -66,5 +66,59 @@ TEST_CASE(
   CHECK(Ids(view.to_replay) == std::vector<std::string>{"l1"});
 }
 
+TEST_CASE(
+    "A joining learner's task replay is handed to one call at a time, "
+    "however many GetData select at once (issue 26 item 6)") {
+  Membership membership(std::chrono::minutes(10), std::chrono::minutes(10));
+  membership.SetPolicy(OnLearnerFailure::kShrink);
+  const std::vector<LearnerHandle> ready = {Learner("l0"), Learner("l1")};
+  aggregator::v1::StartTaskRequest task;
+  membership.TaskStarted(task, {ready[0]});
+
+  // Three GetData at once: the first replays to l1, the others plan without
+  // it and do not replay again.
+  const Membership::View first = membership.Select(ready, true);
+  CHECK(Ids(first.members) == std::vector<std::string>{"l0"});
+  CHECK(Ids(first.to_replay) == std::vector<std::string>{"l1"});
+  REQUIRE(first.task.has_value());
+  for (int i = 0; i < 2; ++i) {
+    const Membership::View other = membership.Select(ready, true);
+    CHECK(Ids(other.members) == std::vector<std::string>{"l0"});
+    CHECK(other.to_replay.empty());
+    CHECK(Ids(other.replaying) == std::vector<std::string>{"l1"});
+  }
+  // A look that replays nothing claims nothing.
+  CHECK(Ids(membership.Select(ready).replaying) ==
+        std::vector<std::string>{"l1"});
+
+  // A replay that ended without success (its learner not out: the policy
+  // may have changed meanwhile) can be handed out again.
+  membership.ReplayEnded(ready[1]);
+  CHECK(Ids(membership.Select(ready).to_replay) ==
+        std::vector<std::string>{"l1"});
+  const Membership::View again = membership.Select(ready, true);
+  CHECK(Ids(again.to_replay) == std::vector<std::string>{"l1"});
+  membership.ReplayEnded(ready[1]);
+  membership.Rejoined(ready[1]);
+  const Membership::View joined = membership.Select(ready, true);
+  CHECK(Ids(joined.members) == std::vector<std::string>{"l0", "l1"});
+  CHECK(joined.to_replay.empty());
+  CHECK(joined.replaying.empty());
+
+  // Reconnected (a new epoch) while a replay to the old connection is in
+  // flight: the new connection gets its own.
+  membership.TaskClosed();
+  membership.TaskStarted(task, {ready[0]});
+  REQUIRE(Ids(membership.Select(ready, true).to_replay) ==
+          std::vector<std::string>{"l1"});
+  const std::vector<LearnerHandle> restarted = {Learner("l0"),
+                                                Learner("l1", 2)};
+  CHECK(Ids(membership.Select(restarted, true).to_replay) ==
+        std::vector<std::string>{"l1"});
+  membership.ReplayEnded(ready[1]);  // the old one's: says nothing now
+  CHECK(Ids(membership.Select(restarted, true).replaying) ==
+        std::vector<std::string>{"l1"});
+}
+
 }  // namespace
 }  // namespace aggregator
