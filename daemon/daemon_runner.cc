@@ -174,8 +174,10 @@ class Daemon {
     ReportStatus();
     std::unique_ptr<MetricsEndpoint> metrics;
     if (config->metrics.listen.has_value()) {
-      auto started = MetricsEndpoint::Start(*config->metrics.listen,
-                                            (*server)->metrics().collectable());
+      AggregatorServer* page_of = server->get();
+      auto started = MetricsEndpoint::Start(
+          *config->metrics.listen, (*server)->metrics().collectable(),
+          [page_of] { return page_of->StatusPage(); });
       if (!started.ok()) {
         spdlog::critical("{}", std::string(started.status().message()));
         reloader_->Stop();
@@ -183,9 +185,10 @@ class Daemon {
         return 2;
       }
       metrics = *std::move(started);
-      spdlog::info(
-          "metrics on http://{}/metrics",
-          config->metrics.listen->WithPort(metrics->port()).ToString());
+      const std::string bound =
+          config->metrics.listen->WithPort(metrics->port()).ToString();
+      spdlog::info("metrics on http://{}/metrics", bound);
+      spdlog::info("status page on http://{}/", bound);
     }
 
     const int signo = ServeUntilStopSignal();

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/port_holder.h"
+#include "lib/base/version.h"
 #include "lib/config/config_diff.h"
 #include "lib/tls/pem.h"
 
@@ -450,6 +451,16 @@ ServerStatus AggregatorServer::Status() const {
   status.config_generation = generation_.load();
   status.ready = ready_.load();
   return status;
+}
+
+std::string AggregatorServer::StatusPage() const {
+  StatusPageFacts facts;
+  facts.version = kVersion;
+  facts.aggregator_id = aggregator_id_;
+  facts.uptime = std::chrono::steady_clock::now() - started_;
+  facts.membership_generation = learner_service_->membership_generation();
+  facts.min_learners = min_learners_.load();
+  return RenderStatusPage(Status(), facts);
 }
 
 void AggregatorServer::CollectMetrics() {

@@ -36,6 +36,7 @@
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/server/admin_service.h"
+#include "lib/server/status_page.h"
 #include "lib/server/unix_listener.h"
 #include "lib/service/learner_service.h"
 #include "lib/tls/credentials.h"
@@ -104,6 +105,8 @@ class AggregatorServer {
   // for systemd's STATUS=: ready / known learners, running / configured
   // worker replicas, the configuration generation.
   std::string Summary() const;
+  // The status page (lib/server/status_page.h) as of now.
+  std::string StatusPage() const;
 
   // Applies a new, validated configuration: learners added and removed (calls
   // in flight through removed ones finish), workers started, stopped or
@@ -168,6 +171,8 @@ class AggregatorServer {
   // The unix socket paths of listen and admin.listen, removed at the end.
   std::vector<std::unique_ptr<UnixListenerPath>> unix_paths_;
   const std::string aggregator_id_ = NewAggregatorId();
+  const std::chrono::steady_clock::time_point started_ =
+      std::chrono::steady_clock::now();
   std::atomic<bool> ready_{false};
   std::atomic<bool> shutting_down_{false};
   Mutex health_mu_;  // orders health updates against Drain/Shutdown

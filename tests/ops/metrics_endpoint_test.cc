@@ -226,3 +226,51 @@ TEST_CASE(
   CHECK_THAT(Scrape(*endpoint),
              Catch::Contains("aggregator_config_last_reload_successful 1"));
 }
+
+TEST_CASE(
+    "GET / serves the page with a policy that refuses scripts; /metrics is "
+    "still served; other methods and paths are refused") {
+  AggregatorMetrics metrics;
+  int renders = 0;
+  auto endpoint = MetricsEndpoint::Start(
+      HostPort::Tcp("127.0.0.1", 0), metrics.collectable(), [&renders] {
+        ++renders;
+        return std::string("<!DOCTYPE html><title>status</title>");
+      });
+  REQUIRE(endpoint.ok());
+  httplib::Client client("127.0.0.1", (*endpoint)->port());
+  client.set_read_timeout(5);
+  auto page = client.Get("/");
+  REQUIRE(page);
+  CHECK(page->status == 200);
+  CHECK(page->body == "<!DOCTYPE html><title>status</title>");
+  CHECK_THAT(page->get_header_value("Content-Type"),
+             Catch::StartsWith("text/html"));
+  CHECK_THAT(page->get_header_value("Content-Security-Policy"),
+             Catch::Contains("default-src 'none'"));
+  CHECK(page->get_header_value("X-Content-Type-Options") == "nosniff");
+  auto head = client.Head("/");
+  REQUIRE(head);
+  CHECK(head->status == 200);
+  auto post = client.Post("/", "x", "text/plain");
+  REQUIRE(post);
+  CHECK(post->status == 405);
+  auto other = client.Get("/other");
+  REQUIRE(other);
+  CHECK(other->status == 404);
+  CHECK(renders == 2);
+  CHECK_THAT(Scrape(**endpoint), Catch::Contains("aggregator_build_info"));
+  CHECK((*endpoint)->Stop(std::chrono::steady_clock::now() +
+                          std::chrono::seconds(5)));
+  CHECK(renders == 2);
+}
+
+TEST_CASE("Without a page, GET / is not found") {
+  AggregatorMetrics metrics;
+  auto endpoint = StartEndpoint(metrics);
+  httplib::Client client("127.0.0.1", endpoint->port());
+  client.set_read_timeout(5);
+  auto page = client.Get("/");
+  REQUIRE(page);
+  CHECK(page->status == 404);
+}
