@@ -126,4 +126,12 @@ std::vector<AddressClash> FindAddressClashes(const AggregatorConfig& config) {
   return clashes;
 }
 
+std::string PlaintextRefusal(const AggregatorConfig& config,
+                             const HostPort& address) {
+  if (config.tls || config.allow_insecure || address.IsLoopback()) return "";
+  return absl::StrCat("plaintext on \"", address.ToString(),
+                      "\", which other hosts can reach: set tls (cert and "
+                      "key), or allow_insecure: true to accept it");
+}
+
 }  // namespace aggregator

@@ -4,7 +4,8 @@
 // server), a listener inside a worker's ports, a listed learner that is one of
 // the daemon's own listeners (its calls would come back) or a replica of a
 // learner worker (counted twice). The loader reports each as a configuration
-// error; the daemon checks again after --listen.
+// error; the daemon checks again after --listen. Also: which listeners may
+// not be served in plaintext.
 #ifndef LIB_CONFIG_ADDRESS_CLASHES_H_
 #define LIB_CONFIG_ADDRESS_CLASHES_H_
 
@@ -37,6 +38,12 @@ struct AddressClash {
 // Every clash, each reported once (at the later of the two in the order
 // listen, metrics.listen, admin.listen, workers, learners).
 std::vector<AddressClash> FindAddressClashes(const AggregatorConfig& config);
+
+// Why `address` may not be served in plaintext under `config` (no tls, no
+// allow_insecure, and other hosts can reach it), or "" when it may. The
+// loader reports it at listen and admin.listen; the daemon for --listen.
+std::string PlaintextRefusal(const AggregatorConfig& config,
+                             const HostPort& address);
 
 }  // namespace aggregator
 

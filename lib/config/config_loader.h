@@ -6,10 +6,13 @@
 #define LIB_CONFIG_CONFIG_LOADER_H_
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/config/address_clashes.h"  // PlaintextRefusal
 #include "lib/config/config.h"
 
 namespace aggregator {
@@ -24,11 +27,10 @@ namespace aggregator {
 absl::StatusOr<AggregatorConfig> ParseConfig(std::string_view yaml,
                                              std::string_view source);
 
-// Why `address` may not be served in plaintext under `config` (no tls, no
-// allow_insecure, and other hosts can reach it), or "" when it may. The
-// loader reports it at listen and admin.listen; the daemon for --listen.
-std::string PlaintextRefusal(const AggregatorConfig& config,
-                             const HostPort& address);
+// The keys each map section accepts, by path: "" for the top level,
+// "connect.backoff", "workers[]" for each item of a list (what
+// config/aggregator.schema.json must list; tests/config compares them).
+std::map<std::string, std::vector<std::string>> ConfigKeys();
 
 // Reads and parses a file. A missing or unreadable file is NOT_FOUND /
 // PERMISSION_DENIED naming the path; a FIFO, directory or device is
