@@ -119,8 +119,10 @@ TEST_CASE("The embedded default is config/aggregator.yaml and is valid",
           "[config]") {
   // The file is a data dependency; the test runs at the workspace root.
   CHECK(DefaultConfigYaml() == ReadText("config/aggregator.yaml"));
-  CHECK_THAT(std::string(DefaultConfigYaml()),
-             StartsWith("# aggregatord configuration"));
+  CHECK_THAT(
+      std::string(DefaultConfigYaml()),
+      StartsWith("# yaml-language-server: $schema=aggregator.schema.json\n"
+                 "# aggregatord configuration"));
 
   absl::StatusOr<AggregatorConfig> config =
       ParseConfig(DefaultConfigYaml(), "<embedded default>");
