@@ -143,7 +143,8 @@ class Daemon {
                    std::string(config.status().message()).c_str());
       return 1;
     }
-    if (absl::Status logging = ConfigureLogging(config->log.level);
+    if (absl::Status logging =
+            ConfigureLogging(config->log.level, config->log.format);
         !logging.ok()) {
       std::fprintf(stderr, "aggregatord: %s\n",
                    std::string(logging.message()).c_str());
@@ -271,7 +272,7 @@ class Daemon {
         next.ok() ? server->Reload(*next) : next.status();
     if (!next.ok()) server->metrics().Reloaded(false);
     if (reply.ok()) {
-      (void)ConfigureLogging(next->log.level);
+      (void)ConfigureLogging(next->log.level, next->log.format);
       spdlog::info("configuration reloaded (generation {}): {}",
                    reply->config_generation, reply->summary);
     } else {

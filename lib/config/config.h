@@ -355,6 +355,9 @@ struct UnixSocketConfig {
 struct LogConfig {
   // log.level: trace, debug, info, warn, error, critical or off.
   std::string level = "info";
+  // log.format: text (a timestamp, the level, the message; under journald
+  // its priority instead of the timestamp) or json (one object per line).
+  std::string format = "text";
 };
 
 struct AggregatorConfig {

@@ -182,8 +182,10 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
   if (running.service.merge.per_sample_keys != merge.per_sample_keys) {
     changes.push_back("merge.per_sample_keys");
   }
-  const auto& [level] = log;
+  const auto& [level, format] = log;
   Changed("log.level", running.log.level, level, &changes);
+  // Reloadable: the next line is written in the new format.
+  Changed("log.format", running.log.format, format, &changes);
   return changes.empty() ? std::string("no changes")
                          : absl::StrJoin(changes, "; ");
 }

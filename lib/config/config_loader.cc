@@ -31,6 +31,7 @@ constexpr int64_t kMaxInflightBytes = int64_t{1} << 50;
 
 constexpr const char* kLogLevels[] = {"trace", "debug",    "info", "warn",
                                       "error", "critical", "off"};
+constexpr const char* kLogFormats[] = {"text", "json"};
 constexpr const char* kFailurePolicies[] = {"fail", "shrink"};
 constexpr const char* kStragglerActions[] = {"none", "shrink"};
 
@@ -202,9 +203,14 @@ class Parser {
              }},
             {"log",
              [&](const Field& f) {
-               r->ReadMap(f, {{"level", [&](const Field& level) {
+               r->ReadMap(f, {{"level",
+                               [&](const Field& level) {
                                  ReadOneOf(r, level, kLogLevels,
                                            &config->log.level);
+                               }},
+                              {"format", [&](const Field& format) {
+                                 ReadOneOf(r, format, kLogFormats,
+                                           &config->log.format);
                                }}});
              }},
         });

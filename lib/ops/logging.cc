@@ -7,9 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -65,6 +67,59 @@ class EscapedMessage : public spdlog::custom_flag_formatter {
   }
 };
 
+// The structured fields of this thread's ScopedLogFields, outermost first.
+thread_local std::vector<std::pair<const char*, std::string>> log_fields;
+
+// One JSON object per line: ts (UTC, milliseconds), level, msg, then the
+// thread's structured fields.
+class JsonFormatter : public spdlog::formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg,
+              spdlog::memory_buf_t& dest) override {
+    const auto since_epoch = msg.time.time_since_epoch();
+    const std::time_t seconds =
+        std::chrono::duration_cast<std::chrono::seconds>(since_epoch).count();
+    const int millis = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(since_epoch)
+            .count() %
+        1000);
+    std::tm utc{};
+    gmtime_r(&seconds, &utc);
+    char stamp[40];
+    std::snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                  utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
+                  utc.tm_min, utc.tm_sec, millis);
+    const spdlog::string_view_t level =
+        spdlog::level::to_string_view(msg.level);
+    std::string line = absl::StrCat(
+        "{\"ts\":\"", stamp, "\",\"level\":",
+        JsonString(absl::string_view(level.data(), level.size())), ",\"msg\":",
+        JsonString(absl::string_view(msg.payload.data(), msg.payload.size())));
+    for (const auto& [key, value] : log_fields) {
+      absl::StrAppend(&line, ",", JsonString(key), ":", JsonString(value));
+    }
+    line += "}\n";
+    dest.append(line.data(), line.data() + line.size());
+  }
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<JsonFormatter>();
+  }
+};
+
+// The text format: a timestamp, or journald's priority, then level and
+// message.
+std::unique_ptr<spdlog::formatter> TextFormatter() {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<EscapedMessage>('~');
+  if (StderrIsJournal()) {
+    // journald stamps lines itself and reads the priority off the prefix.
+    formatter->add_flag<JournalPriority>('*').set_pattern("<%*>%l %~");
+  } else {
+    formatter->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %~");
+  }
+  return formatter;
+}
+
 // gRPC's own log lines (a bind that failed, a bad peer) go through the same
 // logger, so they too carry a priority and the daemon's format.
 void ForwardGrpcLog(gpr_log_func_args* args) {
@@ -117,7 +172,41 @@ bool StderrIsJournal() {
          static_cast<uintmax_t>(stderr_stat.st_ino) == inode;
 }
 
-absl::Status ConfigureLogging(const std::string& level) {
+ScopedLogFields::ScopedLogFields(
+    std::initializer_list<std::pair<const char*, std::string>> fields)
+    : added_(fields.size()) {
+  log_fields.insert(log_fields.end(), fields.begin(), fields.end());
+}
+
+ScopedLogFields::~ScopedLogFields() {
+  log_fields.resize(log_fields.size() - added_);
+}
+
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      absl::StrAppendFormat(&out, "\\u%04x", byte);
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+absl::Status ConfigureLogging(const std::string& level,
+                              const std::string& format) {
   const auto parsed = spdlog::level::from_str(level);
   // from_str answers `off` for anything it does not know.
   if (parsed == spdlog::level::off && level != "off") {
@@ -125,22 +214,23 @@ absl::Status ConfigureLogging(const std::string& level) {
         absl::StrCat("unknown log level '", level,
                      "' (trace, debug, info, warn, error, critical or off)"));
   }
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown log format '", format, "' (text or json)"));
+  }
   static std::once_flag installed;
   std::call_once(installed, [] {
     auto logger = spdlog::stderr_logger_mt("aggregatord");
-    auto formatter = std::make_unique<spdlog::pattern_formatter>();
-    formatter->add_flag<EscapedMessage>('~');
-    if (StderrIsJournal()) {
-      // journald stamps lines itself and reads the priority off the prefix.
-      formatter->add_flag<JournalPriority>('*').set_pattern("<%*>%l %~");
-    } else {
-      formatter->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %~");
-    }
-    logger->set_formatter(std::move(formatter));
     logger->flush_on(spdlog::level::trace);
     spdlog::set_default_logger(logger);
     gpr_set_log_function(ForwardGrpcLog);
   });
+  // Set on every call: a reload may change it (and the sink's lock keeps
+  // lines being written whole meanwhile).
+  spdlog::default_logger()->set_formatter(
+      format == "json" ? std::unique_ptr<spdlog::formatter>(
+                             std::make_unique<JsonFormatter>())
+                       : TextFormatter());
   spdlog::set_level(parsed);
   return absl::OkStatus();
 }

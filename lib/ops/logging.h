@@ -2,11 +2,18 @@
 // stderr is journald's stream (JOURNAL_STREAM names it), with the numeric
 // priority prefix journald reads ("<3>error ...") and no timestamp. Every
 // message is written on one line: its control characters escaped
-// (EscapeLogText), whatever peer-supplied text it quotes.
+// (EscapeLogText), whatever peer-supplied text it quotes. With the json
+// format (log.format: json) each line is one JSON object instead:
+//   {"ts":"2026-12-06T01:20:00.123Z","level":"info","msg":"...","worker":"learner-0"}
+// with the structured fields of the ScopedLogFields in force on the logging
+// thread.
 #ifndef LIB_OPS_LOGGING_H_
 #define LIB_OPS_LOGGING_H_
 
+#include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -23,8 +30,28 @@ bool StderrIsJournal();
 std::string EscapeLogText(absl::string_view text);
 
 // Installs the default logger (once) and sets its level: trace, debug, info,
-// warn, error, critical or off. INVALID_ARGUMENT for another level.
-absl::Status ConfigureLogging(const std::string& level);
+// warn, error, critical or off; and its format: text or json (each call may
+// change both: a reload). INVALID_ARGUMENT for another level or format.
+absl::Status ConfigureLogging(const std::string& level,
+                              const std::string& format = "text");
+
+// Structured fields ("worker", "learner", "address", "code", "pid") added to
+// every json line logged on this thread while it lives; the text format
+// ignores them (its messages already say it). Nests: inner fields come last.
+class ScopedLogFields {
+ public:
+  explicit ScopedLogFields(
+      std::initializer_list<std::pair<const char*, std::string>> fields);
+  ~ScopedLogFields();
+  ScopedLogFields(const ScopedLogFields&) = delete;
+  ScopedLogFields& operator=(const ScopedLogFields&) = delete;
+
+ private:
+  size_t added_;
+};
+
+// `text` as a JSON string, quotes included (control characters as \uXXXX).
+std::string JsonString(absl::string_view text);
 
 }  // namespace aggregator
 

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "lib/ops/logging.h"
 #include "lib/supervisor/worker_channel.h"
 #include "lib/workers/restart_policy.h"
 #include "lib/workers/worker_output.h"
@@ -128,9 +129,14 @@ struct WorkerManager::Replica {
       : index(index),
         label(absl::StrCat(name, "-", index)),
         // Kept across restarts: a crash loop does not refill the bucket.
-        output(WorkerOutputOptions{}, clock, [this](const std::string& line) {
-          spdlog::info("[{}] {}", label, line);
-        }) {}
+        output(
+            WorkerOutputOptions{}, clock,
+            [this, name](const std::string& line) {
+              // log.format: json gives the worker and replica as fields.
+              ScopedLogFields fields(
+                  {{"worker", name}, {"replica", absl::StrCat(this->index)}});
+              spdlog::info("[{}] {}", label, line);
+            }) {}
 
   const int index;
   const std::string label;                 // "<name>-<index>", for logs
@@ -449,6 +455,8 @@ void WorkerManager::StartReplica(Worker& worker, Replica& replica) {
   replica.process = *std::move(process);
   replica.out_open = replica.process->stdout_fd() >= 0;
   replica.err_open = replica.process->stderr_fd() >= 0;
+  ScopedLogFields fields({{"worker", worker.spec->name},
+                          {"pid", absl::StrCat(replica.process->pid())}});
   spdlog::info("worker {} started (pid {}): {}", replica.label,
                replica.process->pid(), absl::StrJoin(options->argv, " "));
 }
@@ -459,6 +467,8 @@ void WorkerManager::OnExit(Worker& worker, Replica& replica,
   ReadOutput(replica, /*from_stderr=*/false, kDrainBudget);
   ReadOutput(replica, /*from_stderr=*/true, kDrainBudget);
   const pid_t pid = replica.process->pid();
+  ScopedLogFields fields(
+      {{"worker", replica.spec->name}, {"pid", absl::StrCat(pid)}});
   const bool stopping = replica.stopping();
   CloseProcess(replica);
   const std::chrono::nanoseconds uptime = clock_->Now() - replica.started_at;

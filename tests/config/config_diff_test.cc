@@ -142,3 +142,11 @@ TEST_CASE("connect.keepalive is a connect change a reload applies") {
   next.connect.keepalive_time = std::chrono::seconds(3);
   CHECK(*DescribeReload(Base(), next) == "connect");
 }
+
+TEST_CASE("log.format changes on reload") {
+  AggregatorConfig next = Base();
+  next.log.format = "json";
+  auto summary = DescribeReload(Base(), next);
+  REQUIRE(summary.ok());
+  CHECK(*summary == "log.format text -> json");
+}

@@ -391,7 +391,7 @@ TEST_CASE("Unknown keys are reported at the key with the allowed keys",
         "test.yaml:3:5: learners[0].adress: unknown key; allowed here: id, "
         "address, tls");
   CHECK(Error("log: {level: info, file: x}") ==
-        "test.yaml:1:20: log.file: unknown key; allowed here: level");
+        "test.yaml:1:20: log.file: unknown key; allowed here: level, format");
   CHECK(
       Error("merge:\n  keys: [a]\n") ==
       "test.yaml:2:3: merge.keys: unknown key; allowed here: homogeneous_keys, "
@@ -1676,3 +1676,14 @@ TEST_CASE(
 
 }  // namespace
 }  // namespace aggregator
+
+TEST_CASE("log.format is text or json, text by default", "[config]") {
+  CHECK(aggregator::ParseConfig("", "test.yaml")->log.format == "text");
+  auto json = aggregator::ParseConfig("log: {format: json}\n", "test.yaml");
+  REQUIRE(json.ok());
+  CHECK(json->log.format == "json");
+  auto bad = aggregator::ParseConfig("log:\n  format: xml\n", "test.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message() ==
+        "test.yaml:2:11: log.format: expected one of text, json, got \"xml\"");
+}

@@ -1,0 +1,60 @@
+"""log.format: json on a live aggregatord: every line it writes on stderr is one
+JSON object with ts, level and msg, a worker's output line carries the worker's
+name and replica, and text stays the default."""
+
+import json
+import sys
+import unittest
+
+import testutil
+
+CONFIG = """
+listen: "127.0.0.1:0"
+admin: {{listen: ""}}
+metrics: {{listen: ""}}
+min_learners: 0
+workers:
+  - name: talker
+    command: [/bin/sh, -c, "echo 'hello \\"quoted\\" from the worker'; exec sleep 600"]
+    restart: never
+log:
+  format: {format}
+"""
+
+
+class JsonLogTest(unittest.TestCase):
+
+    def test_json_lines_parse_and_carry_the_worker(self):
+        daemon = testutil.Daemon(CONFIG.format(format="json"))
+        try:
+            line = daemon.wait_for_line("[talker-0] hello")
+        finally:
+            self.assertEqual(daemon.stop(), 0)
+        worker = json.loads(line)
+        self.assertEqual(worker["worker"], "talker")
+        self.assertEqual(worker["replica"], "0")
+        self.assertEqual(worker["msg"], '[talker-0] hello "quoted" from the worker')
+        lines = [l for l in daemon.lines if l is not None]
+        self.assertGreater(len(lines), 3)
+        for text in lines:
+            record = json.loads(text)  # raises on a line that is not JSON
+            self.assertEqual(set(record) >= {"ts", "level", "msg"}, True, text)
+            self.assertRegex(record["ts"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        started = [json.loads(l) for l in lines if "talker-0 started (pid" in l]
+        self.assertEqual(started[0]["worker"], "talker")
+        self.assertRegex(started[0]["pid"], r"^[0-9]+$")
+        print("json lines:", len(lines), flush=True)
+        for text in lines[:3] + [line]:
+            print("  ", text, flush=True)
+
+    def test_text_is_the_default(self):
+        daemon = testutil.Daemon(CONFIG.format(format="text").replace("log:\n  format: text\n", ""))
+        try:
+            line = daemon.wait_for_line("[talker-0] hello")
+        finally:
+            self.assertEqual(daemon.stop(), 0)
+        self.assertRegex(line, r"^\d{4}-\d\d-\d\dT[\d:.]+ info \[talker-0\] hello")
+
+
+if __name__ == "__main__":
+    sys.exit(testutil.main())
