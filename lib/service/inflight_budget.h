@@ -28,15 +28,9 @@ class InflightBudget {
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
 
-    // `bytes` more on this lease, on Acquire's terms (a stream's messages
-    // grow one lease: no bookkeeping per message). Not thread-safe: one
-    // holder extends it.
-    absl::Status Extend(const char* what, int64_t bytes, int64_t limit);
-    int64_t bytes() const { return bytes_; }
-
    private:
     InflightBudget* const budget_;
-    int64_t bytes_;
+    const int64_t bytes_;
   };
 
   // `bytes` more, if the total stays within `limit` (read at each call, so a
@@ -47,8 +41,6 @@ class InflightBudget {
   int64_t in_flight() const;
 
  private:
-  // Adds `bytes` to the total if it stays within `limit`.
-  absl::Status Reserve(const char* what, int64_t bytes, int64_t limit);
   void Release(int64_t bytes);
 
   mutable Mutex mu_;
