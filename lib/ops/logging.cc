@@ -85,7 +85,7 @@ class JsonFormatter : public spdlog::formatter {
         1000);
     std::tm utc{};
     gmtime_r(&seconds, &utc);
-    char stamp[40];
+    char stamp[80];  // room for any int the compiler imagines
     std::snprintf(stamp, sizeof(stamp), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
                   utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour,
                   utc.tm_min, utc.tm_sec, millis);
