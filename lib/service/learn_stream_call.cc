@@ -373,11 +373,18 @@ class LearnerService::LearnStreamCall final
       MutexLock lock(&mu_);
       if (failure_.has_value() || completing_) return;
       failure_ = status;
+      // Complete moves the learner calls (and their contexts, which Cancel
+      // uses) out: it waits until the senders are cancelled.
+      cancelling_ = true;
     }
     // A cancelled call may end at once, and with it the whole call: this one
     // holds on until it is done here.
     refs_.fetch_add(1);
     for (const auto& sender : senders_) sender->Cancel();
+    {
+      MutexLock lock(&mu_);
+      cancelling_ = false;
+    }
     MaybeComplete();
     Unref();
   }
@@ -398,7 +405,9 @@ class LearnerService::LearnStreamCall final
   void MaybeComplete() {
     {
       MutexLock lock(&mu_);
-      if (completing_ || (!failure_.has_value() && !ended_)) return;
+      if (completing_ || cancelling_ || (!failure_.has_value() && !ended_)) {
+        return;
+      }
       for (size_t i = 0; i < senders_.size(); ++i) {
         if (!done_[i] && senders_[i]->started()) return;
       }
@@ -496,6 +505,7 @@ class LearnerService::LearnStreamCall final
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> failure_;  // set once, under mu_
   bool completing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelling_ ABSL_GUARDED_BY(mu_) = false;  // Fail's senders loop
 };
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* LearnerService::LearnStream(
