@@ -28,9 +28,15 @@ class InflightBudget {
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
 
+    // `bytes` more on this lease, on Acquire's terms (a stream's messages
+    // grow one lease: no bookkeeping per message). Not thread-safe: one
+    // holder extends it.
+    absl::Status Extend(const char* what, int64_t bytes, int64_t limit);
+    int64_t bytes() const { return bytes_; }
+
    private:
     InflightBudget* const budget_;
-    const int64_t bytes_;
+    int64_t bytes_;
   };
 
   // `bytes` more, if the total stays within `limit` (read at each call, so a
@@ -41,6 +47,8 @@ class InflightBudget {
   int64_t in_flight() const;
 
  private:
+  // Adds `bytes` to the total if it stays within `limit`.
+  absl::Status Reserve(const char* what, int64_t bytes, int64_t limit);
   void Release(int64_t bytes);
 
   mutable Mutex mu_;

@@ -40,6 +40,13 @@ namespace pb = aggregator::v1;
 // the deadline alarm's (its callback runs once, fired or cancelled). gRPC
 // operations (StartRead, Finish, the senders') are never started under mu_:
 // gRPC may run a reaction within them.
+namespace {
+// What a LearnStream message is charged against max_inflight_bytes beyond
+// its bytes: 1.86 M empty messages added 45 MB uncounted (about 24 bytes
+// each, with a lease per message then).
+constexpr int64_t kMessageBookkeepingBytes = 64;
+}  // namespace
+
 class LearnerService::LearnStreamCall final
     : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
@@ -156,11 +163,21 @@ class LearnerService::LearnStreamCall final
                     std::vector<SliceSender*>* closes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++messages_;
-    auto lease = service_->inflight_.Acquire(
-        kMethod, static_cast<int64_t>(message.Length()),
-        settings_->max_inflight_bytes);
-    if (!lease.ok()) return ToGrpc(lease.status());
-    leases_.push_back(*std::move(lease));
+    // A message costs its bytes and what the call keeps for it (its slices
+    // until sent, the reads): charged as kMessageBookkeepingBytes, so a
+    // stream of empty messages is bounded by the budget too.
+    const int64_t charged =
+        static_cast<int64_t>(message.Length()) + kMessageBookkeepingBytes;
+    if (lease_ == nullptr) {
+      auto lease = service_->inflight_.Acquire(kMethod, charged,
+                                               settings_->max_inflight_bytes);
+      if (!lease.ok()) return ToGrpc(lease.status());
+      lease_ = *std::move(lease);
+    } else if (absl::Status extended = lease_->Extend(
+                   kMethod, charged, settings_->max_inflight_bytes);
+               !extended.ok()) {
+      return ToGrpc(extended);
+    }
     // More samples than any plan (the first message) or than the plan has
     // left cannot be right: the scan stops there.
     const bool first = !splitter_.has_value();
@@ -459,7 +476,7 @@ class LearnerService::LearnStreamCall final
       reported_ = 0;
     }
     // Free before the caller hears back, as for Learn.
-    leases_.clear();
+    lease_.reset();
     claim_.reset();
     if (timed_ && !failure_.has_value()) {
       AddTiming(context_, arrived_, calls_, std::chrono::steady_clock::now());
@@ -496,7 +513,9 @@ class LearnerService::LearnStreamCall final
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
   size_t closed_ ABSL_GUARDED_BY(mu_) = 0;  // senders closed, in order
   size_t last_share_ = 0;  // the last learner with samples; set by Begin
-  std::vector<std::unique_ptr<InflightBudget::Lease>> leases_;
+  // The stream's bytes in flight, grown by each message (one lease, however
+  // many messages).
+  std::unique_ptr<InflightBudget::Lease> lease_;
   int64_t reported_ ABSL_GUARDED_BY(mu_) = 0;  // ReportBuffered
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int reads_starting_ ABSL_GUARDED_BY(mu_) = 0;

@@ -635,6 +635,30 @@ TEST_CASE("A LearnStream past max_inflight_bytes is refused, named") {
   REQUIRE(Idle(*cluster.aggregator));
 }
 
+// Issue 26 item 13: 1.86 M empty messages added 45 MB outside the budget.
+TEST_CASE("Empty LearnStream messages count against max_inflight_bytes") {
+  FakeCluster cluster(Plain(2));
+  cluster.config.service.max_inflight_bytes = 64 << 10;
+  cluster.Start();
+  const std::string plan = Plan(*cluster.stub, 8);
+  Stream stream(*cluster.stub);
+  REQUIRE(stream.Write(Samples("s", 0, 1), plan));
+  // 64 KiB / 64 bytes a message: refused within about a thousand (writes
+  // may still succeed a while after: gRPC buffers them).
+  int written = 1;
+  for (; written < 20000; ++written) {
+    if (!stream.Write(pb::LearnRequest())) break;
+  }
+  CAPTURE(written);
+  const grpc::Status status = stream.Close();
+  CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("LearnStream: a batch of 64 bytes would exceed "
+                             "max_inflight_bytes (65536"));
+  REQUIRE(Idle(*cluster.aggregator));
+  CHECK(cluster.aggregator->learner_service().inflight_bytes() == 0);
+}
+
 TEST_CASE("A slow streamed learner holds the caller back, not the memory") {
   // fake0 serves LearnStream and reads nothing after its first message until
   // released; its slice is 16 times the window.
