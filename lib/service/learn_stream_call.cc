@@ -25,6 +25,13 @@ namespace aggregator {
 
 namespace pb = aggregator::v1;
 
+namespace {
+// What a LearnStream message is charged against max_inflight_bytes beyond
+// its bytes: 1.86 M empty messages added 45 MB uncounted (about 24 bytes
+// each, with a lease per message then).
+constexpr int64_t kMessageBookkeepingBytes = 64;
+}  // namespace
+
 // One LearnStream. Reads the caller's messages one at a time, cuts each into
 // the learners' pieces (StreamSplitter) and gives them to one SliceSender per
 // learner, which sends the learner its slice as soon as it is complete, or
@@ -40,13 +47,6 @@ namespace pb = aggregator::v1;
 // the deadline alarm's (its callback runs once, fired or cancelled). gRPC
 // operations (StartRead, Finish, the senders') are never started under mu_:
 // gRPC may run a reaction within them.
-namespace {
-// What a LearnStream message is charged against max_inflight_bytes beyond
-// its bytes: 1.86 M empty messages added 45 MB uncounted (about 24 bytes
-// each, with a lease per message then).
-constexpr int64_t kMessageBookkeepingBytes = 64;
-}  // namespace
-
 class LearnerService::LearnStreamCall final
     : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
