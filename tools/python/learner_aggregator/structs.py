@@ -51,12 +51,20 @@ def _fill_value_slow(value: struct_pb2.Value, obj: Any) -> None:
 
 def fill_struct(struct: struct_pb2.Struct, obj: Mapping[str, Any]) -> None:
     """Sets `struct` to the protobuf form of the mapping `obj` (string keys)."""
-    struct.Clear()
+    if struct.fields:
+        struct.Clear()
     fields = struct.fields
     for key, item in obj.items():
         if type(key) is not str and not isinstance(key, str):
             raise TypeError(f"a Struct key must be a string, not {type(key).__name__}")
-        fill_value(fields[key], item)
+        # fill_value inlined for the common kinds: this loop runs for every sample.
+        kind = type(item)
+        if kind is str:
+            fields[key].string_value = item
+        elif kind is float or kind is int:
+            fields[key].number_value = item
+        else:
+            fill_value(fields[key], item)
 
 
 def fill_list(list_value: struct_pb2.ListValue, items: Sequence[Any]) -> None:
@@ -102,7 +110,18 @@ def from_struct(struct: struct_pb2.Struct) -> Dict[str, Any]:
     # Not fields.items(): a protobuf map's items() is collections.abc's generator over
     # the keys, looking each up again; keys and lookups here are the runtime's own.
     fields = struct.fields
-    return {key: from_value(fields[key]) for key in fields}
+    out: Dict[str, Any] = {}
+    for key in fields:
+        value = fields[key]
+        # from_value inlined for the common kinds: this runs for every sample.
+        kind = value.WhichOneof("kind")
+        if kind == "string_value":
+            out[key] = value.string_value
+        elif kind == "number_value":
+            out[key] = value.number_value
+        else:
+            out[key] = from_value(value)
+    return out
 
 
 def from_list(list_value: struct_pb2.ListValue) -> List[Any]:
