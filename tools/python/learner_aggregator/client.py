@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union, cast
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union,
+                    cast)
 
 import grpc
-from google.protobuf import duration_pb2, struct_pb2
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from learner_aggregator._proto import (
@@ -23,29 +23,43 @@ def message_to_dict(message: Message) -> Dict[str, Any]:
     name ("LEARNER_STATE_READY"), Durations as float seconds, unset fields as their
     defaults."""
     result: Dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        if field.label == FieldDescriptor.LABEL_REPEATED:
-            result[field.name] = [_field_value(field, item) for item in value]
+    for name, repeated, convert in _fields(message.DESCRIPTOR):
+        value = getattr(message, name)
+        if repeated:
+            result[name] = [convert(item) for item in value] if convert else list(value)
         else:
-            result[field.name] = _field_value(field, value)
+            result[name] = convert(value) if convert else value
     return result
 
 
-def _field_value(field: FieldDescriptor, value: Any) -> Any:
+_Converter = Optional[Callable[[Any], Any]]
+# Per message type, each field's name, whether it repeats and how its values convert
+# (None: as they are), worked out once: every reply of the hot path goes through here.
+_field_plans: Dict[Descriptor, List[Tuple[str, bool, _Converter]]] = {}
+
+
+def _fields(descriptor: Descriptor) -> List[Tuple[str, bool, _Converter]]:
+    plan = _field_plans.get(descriptor)
+    if plan is None:
+        plan = [(field.name, field.label == FieldDescriptor.LABEL_REPEATED,
+                 _converter(field)) for field in descriptor.fields]
+        _field_plans[descriptor] = plan
+    return plan
+
+
+def _converter(field: FieldDescriptor) -> _Converter:
     if field.type == FieldDescriptor.TYPE_ENUM:
-        return field.enum_type.values_by_number[value].name
-    if isinstance(value, struct_pb2.Struct):
-        return from_struct(value)
-    if isinstance(value, struct_pb2.Value):
-        return from_value(value)
-    if isinstance(value, struct_pb2.ListValue):
-        return from_list(value)
-    if isinstance(value, duration_pb2.Duration):
-        return value.seconds + value.nanos / 1e9
-    if isinstance(value, Message):
-        return message_to_dict(value)
-    return value
+        names = field.enum_type.values_by_number
+        return lambda number: names[number].name
+    if field.type != FieldDescriptor.TYPE_MESSAGE:
+        return None
+    by_type: Dict[str, Callable[[Any], Any]] = {
+        "google.protobuf.Struct": from_struct,
+        "google.protobuf.Value": from_value,
+        "google.protobuf.ListValue": from_list,
+        "google.protobuf.Duration": lambda d: d.seconds + d.nanos / 1e9,
+    }
+    return by_type.get(field.message_type.full_name, message_to_dict)
 
 
 class AggregatorClient:

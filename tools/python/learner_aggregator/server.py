@@ -41,7 +41,7 @@ from learner_aggregator._proto import health_pb2_grpc, learner_pb2, learner_pb2_
 from learner_aggregator.errors import LearnerError
 from learner_aggregator.learner import Learner, Membership
 from learner_aggregator.samples import Sample
-from learner_aggregator.structs import from_struct, to_struct
+from learner_aggregator.structs import fill_struct, from_struct, to_struct
 
 _log = logging.getLogger("learner_aggregator")
 
@@ -137,9 +137,10 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
         info = self._call(context, "learn", samples, **extra) or {}
 
         def build() -> learner_pb2.LearnReply:
-            return learner_pb2.LearnReply(
-                info=to_struct(info), task_id=str(info.get("task_id", "")),
-                buffer_id=str(info.get("buffer_id", "")))
+            reply = learner_pb2.LearnReply(task_id=str(info.get("task_id", "")),
+                                           buffer_id=str(info.get("buffer_id", "")))
+            fill_struct(reply.info, info)  # in place: to_struct's Struct would be copied
+            return reply
 
         return self._convert(context, "learn", build)
 
