@@ -24,17 +24,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "google/protobuf/message_lite.h"
+#include "proto/worker_names.h"
 
 namespace aggregator {
 
-// The environment variable naming the child's end of its channel.
-inline constexpr char kWorkerFdEnv[] = "AGGREGATOR_WORKER_FD";
-// The fd number a process child finds its channel on.
-inline constexpr int kWorkerChildFd = 3;
-// A frame larger than this is a protocol error unless the channel says
-// otherwise (it guards against reading a corrupt length as a huge
-// allocation).
-inline constexpr uint32_t kDefaultMaxFrameBytes = 256u << 20;
+// kWorkerFdEnv, kWorkerChildFd and kDefaultMaxFrameBytes: proto/worker_names.h.
 
 class WorkerChannel {
  public:

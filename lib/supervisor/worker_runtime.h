@@ -27,13 +27,12 @@
 #include "lib/base/mutex.h"
 #include "lib/supervisor/worker_channel.h"
 #include "proto/worker.pb.h"
+#include "proto/worker_names.h"
 
 namespace aggregator {
 
-// Reserved methods (worker.proto) and the handshake reply's method.
-inline constexpr char kGetAttrMethod[] = "_getattr";
-inline constexpr char kShutdownMethod[] = "_shutdown";
-inline constexpr char kInitMethod[] = "_init";
+// Reserved methods (worker.proto) and the handshake reply's method:
+// kGetAttrMethod, kShutdownMethod, kInitMethod in proto/worker_names.h.
 
 using WorkerValue = google::protobuf::Value;
 using WorkerArgs = google::protobuf::ListValue;

@@ -27,6 +27,7 @@
 #include "lib/workers/worker_output.h"
 #include "lib/workers/worker_program.h"
 #include "proto/worker.pb.h"
+#include "proto/worker_names.h"
 
 namespace aggregator {
 namespace {
@@ -643,13 +644,13 @@ void WorkerManager::ReadChannel(Replica& replica) {
       return;
     }
     if (!*read) return;
-    if (reply.method() == "_init" && reply.has_error()) {
+    if (reply.method() == kInitMethod && reply.has_error()) {
       replica.last_error =
           absl::StrCat("init failed: ", reply.error().message());
       spdlog::error("worker {}: {}", replica.label, replica.last_error);
-    } else if (reply.method() == "_listening") {
+    } else if (reply.method() == kListeningMethod) {
       const auto& fields = reply.data().struct_value().fields();
-      const auto port = fields.find("port");
+      const auto port = fields.find(kListeningPortField);
       const double number =
           port == fields.end() ? 0 : port->second.number_value();
       if (number >= 1 && number <= 65535 &&
