@@ -13,19 +13,6 @@
 
 namespace aggregator {
 
-using supervisor_internal::DescribeExit;
-using supervisor_internal::FormatDuration;
-using supervisor_internal::Incarnation;
-using supervisor_internal::kExitGrace;
-using supervisor_internal::kFramesPerRound;
-using supervisor_internal::kListedRequests;
-using supervisor_internal::kLongestWait;
-using supervisor_internal::RealClock;
-using supervisor_internal::ThreadChannel;
-using supervisor_internal::ToSystem;
-using supervisor_internal::WaitPidfd;
-using supervisor_internal::Waker;
-
 // ---------------------------------------------------------------------------
 // Receiving.
 

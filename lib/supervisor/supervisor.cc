@@ -12,19 +12,6 @@
 
 namespace aggregator {
 
-using supervisor_internal::DescribeExit;
-using supervisor_internal::FormatDuration;
-using supervisor_internal::Incarnation;
-using supervisor_internal::kExitGrace;
-using supervisor_internal::kFramesPerRound;
-using supervisor_internal::kListedRequests;
-using supervisor_internal::kLongestWait;
-using supervisor_internal::RealClock;
-using supervisor_internal::ThreadChannel;
-using supervisor_internal::ToSystem;
-using supervisor_internal::WaitPidfd;
-using supervisor_internal::Waker;
-
 absl::string_view ChildStateName(ChildState state) {
   switch (state) {
     case ChildState::kRegistered:
@@ -63,32 +50,16 @@ absl::Status WorkerErrorToStatus(const v1::WorkerError& error) {
 Supervisor::Supervisor(SupervisorOptions options)
     : options_(std::move(options)),
       clock_(&ClockOrSteady(options_.clock)),
-      waker_(std::make_shared<Waker>()) {
-  // A fake clock's jump wakes the reader, which sees what became due.
-  std::weak_ptr<Waker> waker = waker_;
-  clock_token_ = clock_->AddWaker([waker] {
-    if (auto w = waker.lock()) w->Signal();
-  });
-}
+      loop_(
+          ChildLoop::Options{options_.clock, options_.spin, kFramesPerRound}) {}
 
-Supervisor::~Supervisor() {
-  (void)Shutdown(options_.stop_timeout);
-  clock_->RemoveWaker(clock_token_);
-}
+Supervisor::~Supervisor() { (void)Shutdown(options_.stop_timeout); }
 
 Supervisor::TimePoint Supervisor::DeadlineAfter(
     std::optional<Duration> timeout) const {
   Duration d = timeout.value_or(options_.default_timeout);
   d = std::clamp<Duration>(d, Duration::zero(), kLongestWait);
   return Now() + d;
-}
-
-RealClock::time_point Supervisor::RealDeadline(TimePoint deadline) const {
-  // A fake clock (no real delay) wakes waiters through the waker instead.
-  const Duration left = std::clamp<Duration>(
-      clock_->RealDelayUntil(deadline).value_or(kLongestWait), Duration::zero(),
-      kLongestWait);
-  return RealClock::now() + left;
 }
 
 absl::StatusOr<int> Supervisor::Register(ProcessChildSpec spec) {
@@ -166,7 +137,7 @@ ChildStatus Supervisor::StatusLocked(const Child& child) const {
 
 void Supervisor::NotifyLocked() {
   if (waiters_ > 0) cv_.SignalAll();
-  waker_->Signal();
+  loop_.Wake();
 }
 
 void Supervisor::CompleteLocked(RecvPayload result) {
@@ -333,8 +304,8 @@ absl::Status Supervisor::Send(SendPayload& payload) {
     inc->request.set_req_id(payload.req_id);
     inc->request.set_method(payload.method);
     *inc->request.mutable_args() = payload.args;
-    status = inc->channel->Write(inc->request,
-                                 RealDeadline(Now() + options_.send_timeout));
+    status = inc->channel->Write(
+        inc->request, loop_.RealDeadline(Now() + options_.send_timeout));
     broken = inc->channel->broken();
   }
   if (status.ok()) return absl::OkStatus();

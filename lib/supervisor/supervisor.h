@@ -59,8 +59,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "lib/base/mutex.h"
 #include "lib/base/clock.h"
+#include "lib/base/mutex.h"
+#include "lib/process/child_loop.h"
 #include "lib/process/subprocess.h"
 #include "lib/supervisor/worker_channel.h"
 #include "lib/supervisor/worker_runtime.h"
@@ -71,7 +72,6 @@ namespace aggregator {
 namespace supervisor_internal {
 struct Incarnation;
 class ThreadChannel;
-class Waker;
 }  // namespace supervisor_internal
 
 // A child that is a program speaking the worker protocol (for a C++ program:
@@ -295,8 +295,6 @@ class Supervisor {
 
   TimePoint Now() const { return clock_->Now(); }
   TimePoint DeadlineAfter(std::optional<Duration> timeout) const;
-  // Real steady_clock time for a deadline on clock_.
-  std::chrono::steady_clock::time_point RealDeadline(TimePoint deadline) const;
 
   absl::Status SendLocked(
       SendPayload& payload,
@@ -420,8 +418,9 @@ class Supervisor {
 
   const SupervisorOptions options_;
   Clock* const clock_;
-  std::shared_ptr<supervisor_internal::Waker> waker_;
-  int clock_token_ = 0;  // our waker on clock_
+  // The reader role's wait (its poll set, waker and deadlines), and the stop
+  // escalation.
+  ChildLoop loop_;
 
   // Serializes StartLink, Shutdown and Restart (never held while waiting for
   // a result, only while children start and stop).
@@ -448,8 +447,7 @@ class Supervisor {
   // Owned by the thread holding the reader role.
   uint64_t poll_targets_version_ = ~uint64_t{0};
   std::vector<PollTarget> poll_targets_;
-  std::vector<struct pollfd> pollfds_;
-  // For each process entry of pollfds_: its poll target, and whether it is
+  // For each fd of the loop's round: its poll target, and whether it is
   // the pidfd (else the channel).
   std::vector<std::pair<size_t, bool>> pollfd_targets_;
   std::vector<v1::WorkerReply> frames_;  // reused parse buffers

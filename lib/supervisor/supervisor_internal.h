@@ -4,9 +4,6 @@
 #ifndef LIB_SUPERVISOR_SUPERVISOR_INTERNAL_H_
 #define LIB_SUPERVISOR_SUPERVISOR_INTERNAL_H_
 
-#include <poll.h>
-#include <time.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -17,10 +14,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "lib/process/child_loop.h"
 #include "lib/supervisor/incarnation.h"
 #include "lib/supervisor/supervisor.h"
 #include "lib/supervisor/thread_channel.h"
-#include "lib/supervisor/waker.h"
 
 namespace aggregator {
 namespace supervisor_internal {
@@ -34,7 +31,7 @@ inline constexpr size_t kFramesPerRound = 64;
 // killed.
 inline constexpr std::chrono::milliseconds kExitGrace(100);
 // A bound for waits given absurd timeouts (the arithmetic must not overflow).
-inline constexpr std::chrono::hours kLongestWait(24 * 365);
+inline constexpr std::chrono::hours kLongestWait = ChildLoop::kLongestWait;
 
 inline std::string FormatDuration(std::chrono::nanoseconds d) {
   return absl::FormatDuration(absl::FromChrono(d));
@@ -47,22 +44,19 @@ inline std::string DescribeExit(const ExitStatus& status) {
   return absl::StrCat("was ", status.ToString());
 }
 
-// Waits for a process to end (its pidfd readable) until `deadline`.
-inline bool WaitPidfd(int pidfd, RealClock::time_point deadline) {
-  for (;;) {
-    const RealClock::time_point now = RealClock::now();
-    const auto left = std::max(RealClock::duration::zero(), deadline - now);
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left);
-    struct timespec timeout = {static_cast<time_t>(ns.count() / 1000000000),
-                               static_cast<long>(ns.count() % 1000000000)};
-    struct pollfd pfd = {pidfd, POLLIN, 0};
-    const int n = ppoll(&pfd, 1, &timeout, nullptr);
-    if (n > 0) return true;
-    if (n == 0 || (n < 0 && errno != EINTR)) return false;
-  }
-}
-
 }  // namespace supervisor_internal
+
+// For the supervisor's source files (this header is theirs alone).
+using supervisor_internal::DescribeExit;
+using supervisor_internal::FormatDuration;
+using supervisor_internal::Incarnation;
+using supervisor_internal::kExitGrace;
+using supervisor_internal::kFramesPerRound;
+using supervisor_internal::kListedRequests;
+using supervisor_internal::kLongestWait;
+using supervisor_internal::RealClock;
+using supervisor_internal::ThreadChannel;
+using supervisor_internal::ToSystem;
 
 struct Supervisor::Child {
   int proc_id = -1;
@@ -96,7 +90,7 @@ bool Supervisor::WaitLocked(TimePoint deadline, Predicate done) {
       reading_ = true;
       // Read under mu_, so a result completed after `done` was checked
       // counts as news for PollOnce.
-      const uint64_t seen = waker_->seq();
+      const uint64_t seen = loop_.wake_seq();
       mu_.Unlock();
       PollOnce(deadline, seen);
       mu_.Lock();
@@ -106,7 +100,7 @@ bool Supervisor::WaitLocked(TimePoint deadline, Predicate done) {
     } else {
       ++waiters_;
       cv_.WaitWithDeadline(&mu_, absl::FromChrono(supervisor_internal::ToSystem(
-                                     RealDeadline(deadline))));
+                                     loop_.RealDeadline(deadline))));
       --waiters_;
     }
   }

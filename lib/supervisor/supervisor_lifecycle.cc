@@ -18,19 +18,6 @@
 
 namespace aggregator {
 
-using supervisor_internal::DescribeExit;
-using supervisor_internal::FormatDuration;
-using supervisor_internal::Incarnation;
-using supervisor_internal::kExitGrace;
-using supervisor_internal::kFramesPerRound;
-using supervisor_internal::kListedRequests;
-using supervisor_internal::kLongestWait;
-using supervisor_internal::RealClock;
-using supervisor_internal::ThreadChannel;
-using supervisor_internal::ToSystem;
-using supervisor_internal::WaitPidfd;
-using supervisor_internal::Waker;
-
 // ---------------------------------------------------------------------------
 // Starting and stopping.
 
@@ -39,7 +26,7 @@ absl::Status Supervisor::StartLink() {
   std::vector<Child*> children;
   {
     MutexLock lock(&mu_);
-    if (waker_->fd() < 0) {
+    if (!loop_.ok()) {
       return absl::ResourceExhaustedError(
           "supervisor: could not create its eventfd");
     }
@@ -92,7 +79,8 @@ absl::Status Supervisor::StartProcess(const ProcessChildSpec& spec,
 
 absl::Status Supervisor::StartThread(const ThreadChildSpec& spec,
                                      Incarnation& inc) {
-  inc.thread_channel = std::make_shared<ThreadChannel>(waker_, options_.spin);
+  inc.thread_channel =
+      std::make_shared<ThreadChannel>(loop_.waker(), options_.spin);
   try {
     inc.thread = std::thread([channel = inc.thread_channel, init = spec.init] {
       ServeThread(channel, init);
@@ -163,7 +151,7 @@ struct Supervisor::ChildStop {
   // A process this stop still has to end.
   bool process_running() const {
     return inc->is_process && !was_ended &&
-           !WaitPidfd(inc->pidfd, RealClock::now());
+           !ChildLoop::WaitExited(inc->pidfd, RealClock::now());
   }
 };
 
@@ -224,34 +212,28 @@ void Supervisor::EscalateStops(std::vector<ChildStop>& stops,
                                RealClock::time_point start, Duration timeout) {
   // Half the time to follow "_shutdown", half after SIGTERM, each step
   // against a deadline shared by all children.
-  const RealClock::time_point ask_deadline = start + timeout / 2;
-  const RealClock::time_point term_deadline = start + timeout;
-  auto wait_all = [&stops](RealClock::time_point deadline) {
-    bool all = true;
-    for (ChildStop& stop : stops) {
-      if (!stop.inc->is_process || stop.was_ended) continue;
-      if (!WaitPidfd(stop.inc->pidfd, deadline)) all = false;
-    }
-    return all;
-  };
-  if (wait_all(ask_deadline)) return;
-  for (ChildStop& stop : stops) {
-    if (!stop.process_running()) continue;
-    stop.escalation =
-        absl::StrCat("did not follow _shutdown within ",
-                     FormatDuration(timeout / 2), ", so SIGTERM; ");
-    MutexLock lock(&stop.inc->process_mu);
-    stop.inc->process->BeginStop(term_deadline);
+  std::vector<int> pidfds;
+  for (const ChildStop& stop : stops) {
+    pidfds.push_back(stop.inc->is_process && !stop.was_ended ? stop.inc->pidfd
+                                                             : -1);
   }
-  if (wait_all(term_deadline)) return;
-  for (ChildStop& stop : stops) {
-    if (!stop.process_running()) continue;
-    stop.escalation = absl::StrCat("ignored _shutdown and SIGTERM for ",
-                                   FormatDuration(timeout), ", so SIGKILL; ");
-    MutexLock lock(&stop.inc->process_mu);
-    stop.inc->process->Kill();
-  }
-  wait_all(RealClock::now() + options_.kill_wait);
+  ChildLoop::EscalateStops(
+      pidfds, start + timeout / 2, start + timeout, options_.kill_wait,
+      [&](size_t i, int signo) {
+        ChildStop& stop = stops[i];
+        MutexLock lock(&stop.inc->process_mu);
+        if (signo == SIGTERM) {
+          stop.escalation =
+              absl::StrCat("did not follow _shutdown within ",
+                           FormatDuration(timeout / 2), ", so SIGTERM; ");
+          stop.inc->process->BeginStop(start + timeout);
+        } else {
+          stop.escalation =
+              absl::StrCat("ignored _shutdown and SIGTERM for ",
+                           FormatDuration(timeout), ", so SIGKILL; ");
+          stop.inc->process->Kill();
+        }
+      });
 }
 
 void Supervisor::CollectStops(std::vector<ChildStop>& stops,

@@ -15,19 +15,6 @@
 
 namespace aggregator {
 
-using supervisor_internal::DescribeExit;
-using supervisor_internal::FormatDuration;
-using supervisor_internal::Incarnation;
-using supervisor_internal::kExitGrace;
-using supervisor_internal::kFramesPerRound;
-using supervisor_internal::kListedRequests;
-using supervisor_internal::kLongestWait;
-using supervisor_internal::RealClock;
-using supervisor_internal::ThreadChannel;
-using supervisor_internal::ToSystem;
-using supervisor_internal::WaitPidfd;
-using supervisor_internal::Waker;
-
 // ---------------------------------------------------------------------------
 // Reading the channels.
 
@@ -37,7 +24,7 @@ void Supervisor::PollNow() {
     MutexLock lock(&mu_);
     if (reading_) return;  // the reader keeps everything current
     reading_ = true;
-    seen = waker_->seq();
+    seen = loop_.wake_seq();
   }
   PollOnce(Now(), seen);
   MutexLock lock(&mu_);
@@ -61,76 +48,38 @@ void Supervisor::RebuildPollTargets() {
 void Supervisor::PollOnce(TimePoint deadline, uint64_t seen) {
   RebuildPollTargets();
 
-  // pollfds_: per process target its channel (unless closed) and its pidfd
-  // (until reaped), then the waker.
-  std::vector<struct pollfd>& fds = pollfds_;
+  // The round: per process target its channel (unless closed) and its pidfd
+  // (until reaped).
   std::vector<std::pair<size_t, bool>>& fd_targets = pollfd_targets_;
-  fds.clear();
   fd_targets.clear();
-  // The blocking wait also ends when an exit grace does.
-  RealClock::time_point wake_by = RealDeadline(deadline);
+  loop_.Begin();
+  loop_.WakeAt(deadline);
   for (size_t i = 0; i < poll_targets_.size(); ++i) {
     Incarnation& inc = *poll_targets_[i].incarnation;
     if (!inc.is_process) continue;
-    if (inc.exit_grace_end.has_value()) {
-      wake_by = std::min(wake_by, *inc.exit_grace_end);
-    }
+    // The blocking wait also ends when an exit grace does.
+    if (inc.exit_grace_end.has_value()) loop_.WakeAtReal(*inc.exit_grace_end);
     if (!inc.channel_closed) {
-      fds.push_back({inc.channel->fd(), POLLIN, 0});
+      loop_.Watch(inc.channel->fd());
       fd_targets.emplace_back(i, false);
     }
     if (!inc.reaped) {
-      fds.push_back({inc.pidfd, POLLIN, 0});
+      loop_.Watch(inc.pidfd);
       fd_targets.emplace_back(i, true);
     }
   }
-  const size_t process_fds = fds.size();
-  fds.push_back({waker_->fd(), POLLIN, 0});
-
   // A thread child that replied before `seen` was taken left its flag set.
-  bool ready = false;
   for (const PollTarget& target : poll_targets_) {
     if (!target.incarnation->is_process &&
         target.incarnation->thread_channel->has_replies()) {
-      ready = true;
+      loop_.MarkReady();
       break;
     }
   }
-  if (!ready && options_.spin.count() > 0 && Now() < deadline) {
-    const RealClock::time_point spin_end = RealClock::now() + options_.spin;
-    struct timespec zero = {0, 0};
-    for (;;) {
-      if (waker_->seq() != seen) {
-        ready = true;
-        break;
-      }
-      if (process_fds > 0 &&
-          ppoll(fds.data(), process_fds, &zero, nullptr) > 0) {
-        ready = true;
-        break;
-      }
-      if (RealClock::now() >= spin_end || Now() >= deadline) break;
-      supervisor_internal::SpinPause();
-    }
-  }
-  if (!ready) {
-    waker_->SetBlocked(true);
-    if (waker_->seq() == seen) {
-      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
-          wake_by - RealClock::now());
-      const int64_t ns = std::max<int64_t>(0, left.count());
-      struct timespec timeout = {static_cast<time_t>(ns / 1000000000),
-                                 static_cast<long>(ns % 1000000000)};
-      if (ppoll(fds.data(), fds.size(), &timeout, nullptr) < 0) {
-        for (struct pollfd& pfd : fds) pfd.revents = 0;
-      }
-    }
-    waker_->SetBlocked(false);
-    if (fds.back().revents != 0) waker_->Drain();
-  }
+  loop_.Wait(seen);
 
-  for (size_t k = 0; k < process_fds; ++k) {
-    if (fds[k].revents == 0) continue;
+  for (size_t k = 0; k < fd_targets.size(); ++k) {
+    if (!loop_.ready(k)) continue;
     PollTarget& target = poll_targets_[fd_targets[k].first];
     // Replies written before an exit are in the channel: read them first.
     ReadProcessChannel(target);
@@ -148,18 +97,13 @@ void Supervisor::PollOnce(TimePoint deadline, uint64_t seen) {
 void Supervisor::ReadProcessChannel(PollTarget& target) {
   Incarnation& inc = *target.incarnation;
   if (inc.channel_closed) return;
-  size_t count = 0;
   absl::Status error;
-  while (count < kFramesPerRound) {
-    if (frames_.size() <= count) frames_.emplace_back();
-    absl::StatusOr<bool> got = inc.channel->TryRead(&frames_[count]);
-    if (!got.ok()) {
-      error = got.status();
-      break;
-    }
-    if (!*got) break;
-    ++count;
-  }
+  const size_t count = loop_.ReadFrames(
+      [&](size_t i) {
+        if (frames_.size() <= i) frames_.emplace_back();
+        return inc.channel->TryRead(&frames_[i]);
+      },
+      &error);
   if (count == 0 && error.ok()) return;
 
   if (!DispatchFrames(target, count, error)) return;

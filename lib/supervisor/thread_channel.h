@@ -13,7 +13,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 #include "lib/base/mutex.h"
-#include "lib/supervisor/waker.h"
+#include "lib/process/child_loop.h"
 #include "lib/supervisor/worker_runtime.h"
 #include "proto/worker.pb.h"
 
@@ -40,7 +40,7 @@ inline std::chrono::system_clock::time_point ToSystem(
 // supervisor when it had to be detached).
 class ThreadChannel {
  public:
-  ThreadChannel(std::shared_ptr<Waker> waker, std::chrono::nanoseconds spin)
+  ThreadChannel(std::shared_ptr<LoopWaker> waker, std::chrono::nanoseconds spin)
       : waker_(std::move(waker)), spin_(spin) {}
 
   // Supervisor side.
@@ -134,7 +134,7 @@ class ThreadChannel {
   }
 
  private:
-  const std::shared_ptr<Waker> waker_;
+  const std::shared_ptr<LoopWaker> waker_;
   const std::chrono::nanoseconds spin_;
 
   Mutex mu_;

@@ -1,11 +1,8 @@
 #include "lib/workers/worker_manager.h"
 
-#include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,7 +39,7 @@ constexpr size_t kReadBudget = 64 * 1024;
 // After an exit, what is already in the pipe is logged up to this much.
 constexpr size_t kDrainBudget = 1024 * 1024;
 // Channel frames handled per wake-up of one replica, so none starves another.
-constexpr int kChannelBudget = 16;
+constexpr size_t kChannelBudget = 16;
 // New replicas started per round of the loop: a worker of hundreds of replicas
 // starts over many rounds, so Apply (and the listeners, at start-up) never
 // waits for all of them, and exits and commands are handled in between.
@@ -174,13 +171,13 @@ struct WorkerManager::Worker {
 WorkerManager::WorkerManager(WorkerManagerOptions options)
     : options_(std::move(options)),
       clock_(&ClockOrSteady(options_.clock)),
-      wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (wake_fd_ < 0) {
+      loop_(ChildLoop::Options{options_.clock, std::chrono::nanoseconds(0),
+                               kChannelBudget, kIdleWait}) {
+  if (!loop_.ok()) {
     // Without it commands would wait for the idle timeout; say so loudly.
     spdlog::critical("worker manager: eventfd failed: {}",
-                     std::string(strerror(errno)));
+                     std::string(strerror(loop_.waker()->error())));
   }
-  waker_token_ = clock_->AddWaker([this] { Wake(); });
   thread_ = std::thread(&WorkerManager::Run, this);
 }
 
@@ -191,8 +188,6 @@ WorkerManager::~WorkerManager() {
     longest = longest_stop_timeout_;
   }
   Shutdown(Steady::now() + longest);
-  clock_->RemoveWaker(waker_token_);
-  if (wake_fd_ >= 0) close(wake_fd_);
 }
 
 bool WorkerManager::AwaitHandled(uint64_t seq, Steady::time_point deadline) {
@@ -200,16 +195,6 @@ bool WorkerManager::AwaitHandled(uint64_t seq, Steady::time_point deadline) {
     return handled_seq_ >= seq || done_;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&handled), TimeUntil(deadline));
-}
-
-void WorkerManager::Wake() {
-  const uint64_t one = 1;
-  if (wake_fd_ >= 0) {
-    ssize_t n;
-    do {
-      n = write(wake_fd_, &one, sizeof(one));
-    } while (n < 0 && errno == EINTR);
-  }
 }
 
 absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
@@ -226,7 +211,7 @@ absl::Status WorkerManager::Apply(std::vector<WorkerSpec> specs) {
   pending_specs_ = std::move(specs);
   longest_stop_timeout_ = std::max(longest_stop_timeout_, longest);
   const uint64_t seq = ++next_seq_;
-  Wake();
+  loop_.Wake();
   if (!AwaitHandled(seq, Steady::now() + kCommandTimeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
         "worker manager: the new worker specs were not taken up within ",
@@ -248,7 +233,7 @@ std::vector<LearnerEndpoint> WorkerManager::LearnerEndpoints() const {
 absl::Status WorkerManager::Sync(Steady::time_point deadline) {
   MutexLock lock(&mu_);
   const uint64_t seq = ++next_seq_;
-  Wake();
+  loop_.Wake();
   if (!AwaitHandled(seq, deadline)) {
     return absl::DeadlineExceededError(
         "worker manager: the manager thread did not catch up before the "
@@ -264,7 +249,7 @@ void WorkerManager::Shutdown(Steady::time_point deadline) {
     if (!shutdown_deadline_.has_value()) shutdown_deadline_ = deadline;
     ++next_seq_;
   }
-  Wake();
+  loop_.Wake();
   // The manager thread bounds its own end: SIGKILL at the deadline, then at
   // most kKillWait (plus Subprocess's own kill wait) for the reaping.
   if (thread_.joinable()) thread_.join();
@@ -272,6 +257,9 @@ void WorkerManager::Shutdown(Steady::time_point deadline) {
 
 void WorkerManager::Run() {
   for (;;) {
+    // Before the commands are read: a command sent after this wakes the
+    // round's wait.
+    const uint64_t seen = loop_.wake_seq();
     std::optional<std::vector<WorkerSpec>> specs;
     std::optional<Steady::time_point> shutdown;
     uint64_t seq;
@@ -338,7 +326,7 @@ void WorkerManager::Run() {
     const bool changed = Publish(seq);
     if (changed && options_.on_change) options_.on_change();
     if (finished) break;
-    PollOnce();
+    PollOnce(seen);
   }
   if (!workers_.empty()) spdlog::info("all workers stopped");
   MutexLock lock(&mu_);
@@ -548,7 +536,7 @@ void WorkerManager::Stop(Worker& worker, Replica& replica, AfterStop after) {
   spdlog::info("stopping worker {} (pid {}): SIGTERM, SIGKILL after {}",
                replica.label, replica.process->pid(),
                FormatMs(replica.spec->stop_timeout));
-  replica.process->BeginStop(clock_->Now() + replica.spec->stop_timeout);
+  loop_.BeginStop(*replica.process, replica.spec->stop_timeout);
 }
 
 void WorkerManager::Stopped(Worker& worker, Replica& replica) {
@@ -578,7 +566,7 @@ void WorkerManager::RunDueTimers() {
     for (auto& [index, replica_ptr] : worker->replicas) {
       Replica& replica = *replica_ptr;
       if (replica.stopping()) {
-        if (replica.process->EnforceStop(now)) {
+        if (loop_.EnforceStop(*replica.process)) {
           spdlog::warn(
               "worker {} (pid {}) did not stop within {}; sent SIGKILL to "
               "its process group",
@@ -630,38 +618,42 @@ void WorkerManager::ReadOutput(Replica& replica, bool from_stderr,
 }
 
 void WorkerManager::ReadChannel(Replica& replica) {
-  for (int frames = 0; replica.channel != nullptr && frames < kChannelBudget;
-       ++frames) {
-    aggregator::v1::WorkerReply reply;
-    absl::StatusOr<bool> read = replica.channel->TryRead(&reply);
-    if (!read.ok()) {
-      // Its end of stream (it exits, or closed it) or a frame it garbled.
-      if (read.status().code() != absl::StatusCode::kOutOfRange) {
-        spdlog::warn("worker {}: channel: {}", replica.label,
-                     std::string(read.status().message()));
-      }
-      replica.channel.reset();
-      return;
-    }
-    if (!*read) return;
-    if (reply.method() == kInitMethod && reply.has_error()) {
-      replica.last_error =
-          absl::StrCat("init failed: ", reply.error().message());
-      spdlog::error("worker {}: {}", replica.label, replica.last_error);
-    } else if (reply.method() == kListeningMethod) {
-      const auto& fields = reply.data().struct_value().fields();
-      const auto port = fields.find(kListeningPortField);
-      const double number =
-          port == fields.end() ? 0 : port->second.number_value();
-      if (number >= 1 && number <= 65535 &&
-          number == static_cast<int>(number)) {
-        replica.announced_port = static_cast<int>(number);
-        spdlog::info("worker {}: listening on port {} (announced)",
-                     replica.label, *replica.announced_port);
-      } else {
-        spdlog::warn("worker {}: channel: _listening without a valid port",
-                     replica.label);
-      }
+  if (replica.channel == nullptr) return;
+  absl::Status error;
+  loop_.ReadFrames(
+      [&](size_t) -> absl::StatusOr<bool> {
+        aggregator::v1::WorkerReply reply;
+        absl::StatusOr<bool> read = replica.channel->TryRead(&reply);
+        if (read.ok() && *read) HandleFrame(replica, reply);
+        return read;
+      },
+      &error);
+  if (error.ok()) return;
+  // Its end of stream (it exits, or closed it) or a frame it garbled.
+  if (error.code() != absl::StatusCode::kOutOfRange) {
+    spdlog::warn("worker {}: channel: {}", replica.label,
+                 std::string(error.message()));
+  }
+  replica.channel.reset();
+}
+
+void WorkerManager::HandleFrame(Replica& replica,
+                                const aggregator::v1::WorkerReply& reply) {
+  if (reply.method() == kInitMethod && reply.has_error()) {
+    replica.last_error = absl::StrCat("init failed: ", reply.error().message());
+    spdlog::error("worker {}: {}", replica.label, replica.last_error);
+  } else if (reply.method() == kListeningMethod) {
+    const auto& fields = reply.data().struct_value().fields();
+    const auto port = fields.find(kListeningPortField);
+    const double number =
+        port == fields.end() ? 0 : port->second.number_value();
+    if (number >= 1 && number <= 65535 && number == static_cast<int>(number)) {
+      replica.announced_port = static_cast<int>(number);
+      spdlog::info("worker {}: listening on port {} (announced)", replica.label,
+                   *replica.announced_port);
+    } else {
+      spdlog::warn("worker {}: channel: _listening without a valid port",
+                   replica.label);
     }
   }
 }
@@ -685,92 +677,70 @@ bool WorkerManager::AnyProcess() const {
   return false;
 }
 
-void WorkerManager::PollOnce() {
-  enum class What { kWake, kStdout, kStderr, kChannel, kExit };
+void WorkerManager::PollOnce(uint64_t seen) {
+  enum class What { kStdout, kStderr, kChannel, kExit };
   struct Watch {
     What what;
     Worker* worker;
     Replica* replica;
   };
-  std::vector<pollfd> fds;
-  std::vector<Watch> watches;
-  if (wake_fd_ >= 0) {
-    fds.push_back({wake_fd_, POLLIN, 0});
-    watches.push_back({What::kWake, nullptr, nullptr});
-  }
-  milliseconds timeout = kIdleWait;
-  auto wait_for = [&](TimePoint when) {
-    if (std::optional<Clock::Duration> delay = clock_->RealDelayUntil(when)) {
-      // Rounded up, so a wake-up is never early.
-      timeout = std::min(timeout, std::chrono::ceil<milliseconds>(*delay));
-    }
-  };
+  std::vector<Watch> watches;  // by the loop's fd index
+  loop_.Begin();
   for (auto& [name, worker] : workers_) {
     for (auto& [index, replica_ptr] : worker->replicas) {
       Replica& replica = *replica_ptr;
       if (replica.start_pending) {
-        timeout = milliseconds(0);  // the next round starts more
+        loop_.WakeAtReal(Steady::now());  // the next round starts more
       } else if (replica.stopping()) {
-        if (auto due = replica.process->kill_due()) wait_for(*due);
+        loop_.WatchStop(*replica.process);
       } else if (replica.state == WorkerState::kStarting ||
                  replica.state == WorkerState::kBackoff) {
-        wait_for(replica.due);
+        loop_.WakeAt(replica.due);
       }
       if (replica.process == nullptr) continue;
       if (replica.out_open) {
-        fds.push_back({replica.process->stdout_fd(), POLLIN, 0});
+        loop_.Watch(replica.process->stdout_fd());
         watches.push_back({What::kStdout, worker.get(), &replica});
       }
       if (replica.err_open) {
-        fds.push_back({replica.process->stderr_fd(), POLLIN, 0});
+        loop_.Watch(replica.process->stderr_fd());
         watches.push_back({What::kStderr, worker.get(), &replica});
       }
       if (replica.channel != nullptr) {
-        fds.push_back({replica.channel->fd(), POLLIN, 0});
+        loop_.Watch(replica.channel->fd());
         watches.push_back({What::kChannel, worker.get(), &replica});
       }
-      fds.push_back({replica.process->pidfd(), POLLIN, 0});
+      loop_.Watch(replica.process->pidfd());
       watches.push_back({What::kExit, worker.get(), &replica});
     }
   }
   if (stopping_all_) {
-    const Steady::time_point now = Steady::now();
-    const Steady::time_point next =
-        now < stop_deadline_ ? stop_deadline_ : stop_deadline_ + kKillWait;
-    timeout = std::min(
-        timeout, next <= now ? milliseconds(0)
-                             : std::chrono::ceil<milliseconds>(next - now));
+    loop_.WakeAtReal(Steady::now() < stop_deadline_
+                         ? stop_deadline_
+                         : stop_deadline_ + kKillWait);
   }
 
-  const int ready =
-      poll(fds.data(), fds.size(),
-           static_cast<int>(std::min<int64_t>(timeout.count(), INT_MAX)));
-  if (ready < 0) {
-    if (errno != EINTR) {
+  if (const int error = loop_.Wait(seen); error != 0) {
+    if (error != EINTR) {
       spdlog::error("worker manager: poll failed: {}",
-                    std::string(strerror(errno)));
+                    std::string(strerror(error)));
     }
     return;
   }
-  if (ready == 0) return;
   // Output first, so lines come before the exit that follows them.
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents == 0) continue;
+  for (size_t i = 0; i < watches.size(); ++i) {
+    if (!loop_.ready(i)) continue;
     const Watch& watch = watches[i];
-    if (watch.what == What::kWake) {
-      uint64_t count;
-      while (read(wake_fd_, &count, sizeof(count)) > 0) {
-      }
-    } else if (watch.what == What::kStdout || watch.what == What::kStderr) {
+    if (watch.what == What::kStdout || watch.what == What::kStderr) {
       ReadOutput(*watch.replica, watch.what == What::kStderr, kReadBudget);
     } else if (watch.what == What::kChannel) {
       ReadChannel(*watch.replica);
     }
   }
   // An exit may remove its replica: nothing below touches it afterwards.
-  for (size_t i = 0; i < fds.size(); ++i) {
+  for (size_t i = 0; i < watches.size(); ++i) {
     const Watch& watch = watches[i];
-    if (fds[i].revents == 0 || watch.what != What::kExit) continue;
+    if (!loop_.ready(i) || watch.what != What::kExit) continue;
     if (watch.replica->process == nullptr) continue;
     if (std::optional<ExitStatus> status = watch.replica->process->Poll()) {
       OnExit(*watch.worker, *watch.replica, *status);

@@ -16,9 +16,9 @@
 // FAILED with its last error, not restarted).
 //
 // Threading: one manager thread owns every child. It starts them, reaps them
-// (no zombies), and sleeps in poll() on the children's pidfds and output
-// pipes, an eventfd for commands, and the next due timer; it never
-// busy-waits. Public methods may be
+// (no zombies), and sleeps on its ChildLoop (lib/process/child_loop.h): the
+// children's pidfds, channels and output pipes, the waker for commands, and
+// the next due timer; it never busy-waits. Public methods may be
 // called from any thread; they hand commands to the manager thread and read
 // the state it publishes under mu_.
 //
@@ -46,8 +46,10 @@
 #include "lib/base/clock.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
+#include "lib/process/child_loop.h"
 #include "lib/process/subprocess.h"
 #include "lib/workers/restart_policy.h"
+#include "proto/worker.pb.h"
 
 namespace aggregator {
 
@@ -164,22 +166,24 @@ class WorkerManager {
   void ReadOutput(Replica& replica, bool from_stderr, size_t budget);
   // Handles the frames available on a channel worker's channel.
   void ReadChannel(Replica& replica);
+  // One frame from a channel worker: a failed init, or the port it announced.
+  void HandleFrame(Replica& replica, const v1::WorkerReply& reply);
   void CloseProcess(Replica& replica);
   bool AnyProcess() const;
-  // Waits for the next event or due timer and handles what happened.
-  void PollOnce();
+  // Waits for the next event or due timer (or a wake-up after `seen`) and
+  // handles what happened.
+  void PollOnce(uint64_t seen);
   // Publishes Status() and LearnerEndpoints(); true when they changed.
   bool Publish(uint64_t handled_seq);
   // Waits until the manager thread has handled command `seq` (or ended).
   bool AwaitHandled(uint64_t seq,
                     std::chrono::steady_clock::time_point deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Wake();
 
   const WorkerManagerOptions options_;
   Clock* const clock_;
-  const int wake_fd_;  // eventfd: commands, clock jumps
-  int waker_token_ = 0;
+  // The manager thread's wait; woken by commands and clock jumps.
+  ChildLoop loop_;
 
   // Owned by the manager thread alone (not guarded).
   std::map<std::string, std::unique_ptr<Worker>> workers_;
