@@ -187,6 +187,16 @@ absl::Status DnsLookup::Wait(const std::string& name,
   return absl::OkStatus();
 }
 
+std::string DnsFailure(int status, const std::string& server,
+                       const std::string& name) {
+  if (status == ARES_ECONNREFUSED) {
+    return absl::StrCat(server, " refused or failed the query for ", name,
+                        " (SERVFAIL, REFUSED or NOTIMP), or could not be "
+                        "reached");
+  }
+  return absl::StrCat(server, ": ", ares_strerror(status));
+}
+
 absl::StatusOr<std::vector<std::string>> ResolveHost(
     const std::string& host, const RequestLimits& limits,
     const std::optional<HostPort>& nameserver) {
@@ -214,9 +224,8 @@ absl::StatusOr<std::vector<std::string>> ResolveHost(
         absl::StrCat(host, ": no such host at ", (*lookup)->server()));
   }
   if (addresses.status != ARES_SUCCESS) {
-    return absl::UnavailableError(
-        absl::StrCat(host, ": ", (*lookup)->server(), ": ",
-                     ares_strerror(addresses.status)));
+    return absl::UnavailableError(absl::StrCat(
+        host, ": ", DnsFailure(addresses.status, (*lookup)->server(), host)));
   }
   return addresses.found;
 }

@@ -30,6 +30,13 @@
 
 namespace aggregator {
 
+// What a failed query's c-ares `status` means, for errors, after "`server`
+// ": ". c-ares 1.18 reports a SERVFAIL, REFUSED or NOTIMP answer, and an
+// unreachable server, as ARES_ECONNREFUSED ("Could not contact DNS servers"):
+// that one is said as it is.
+std::string DnsFailure(int status, const std::string& server,
+                       const std::string& name);
+
 class DnsLookup {
  public:
   // A channel whose tries fit in what is left of limits.deadline.

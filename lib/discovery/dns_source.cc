@@ -93,7 +93,7 @@ absl::StatusOr<std::vector<HostPort>> DnsSource::Fetch(
     if (LookupFailed(*answer)) {
       return absl::UnavailableError(absl::StrCat(
           config_.name, " (", answer->family == AF_INET ? "A" : "AAAA",
-          "): ", server, ": ", ares_strerror(answer->status)));
+          "): ", DnsFailure(answer->status, server, config_.name)));
     }
   }
   std::vector<std::pair<int, std::string>> found = a.addresses;

@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -17,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "lib/base/mutex.h"
 #include "lib/discovery/dns_lookup.h"
+#include "lib/discovery/http_stream.h"
 
 namespace aggregator {
 namespace {
@@ -29,16 +33,56 @@ constexpr size_t kMaxReplyBytes = size_t{4} << 20;
 // down again once it has cut the call.
 constexpr milliseconds kGuardPoll{50};
 
-// The host of "scheme://host[:port]" ("[v6]" without its brackets), as
-// cpp-httplib's Client takes it apart.
-std::string HostOf(const std::string& origin) {
-  const size_t scheme_end = origin.find("://");
-  const std::string authority =
-      scheme_end == std::string::npos ? origin : origin.substr(scheme_end + 3);
-  if (!authority.empty() && authority[0] == '[') {
-    return authority.substr(1, authority.find(']') - 1);
+// cpp-httplib's client (plain, or TLS) reading its replies through an
+// HttpStream, which bounds their heads (cpp-httplib's own stream does not).
+// cpp-httplib makes the connection, and the TLS handshake, as it would.
+template <typename Base>
+class BoundedClient final : public Base {
+ public:
+  BoundedClient(const std::string& host, int port, ReplyHead* head)
+      : Base(host, port), head_(head) {}
+
+ private:
+  using Socket = typename Base::Socket;
+
+  static milliseconds Timeout(time_t sec, time_t usec) {
+    return milliseconds(sec * 1000 + usec / 1000);
   }
-  return authority.substr(0, authority.find(':'));
+  bool process_socket(const Socket& socket,
+                      std::function<bool(httplib::Stream&)> callback) override {
+    head_->Restart();
+    HttpStream stream(
+        socket.sock, socket.ssl,
+        Timeout(this->read_timeout_sec_, this->read_timeout_usec_),
+        Timeout(this->write_timeout_sec_, this->write_timeout_usec_), head_);
+    return callback(stream);
+  }
+
+  ReplyHead* const head_;
+};
+
+struct Origin {
+  bool tls = false;
+  std::string host;  // "[v6]" without its brackets
+  int port = 0;
+};
+
+// "http(s)://host[:port]" taken apart as cpp-httplib's Client does (no
+// scheme: http), or nullopt.
+std::optional<Origin> ParseOrigin(const std::string& origin) {
+  static const std::regex re(
+      R"((?:([a-z]+):\/\/)?(?:\[([\d:]+)\]|([^:/?#]+))(?::(\d+))?)");
+  std::smatch m;
+  if (!std::regex_match(origin, m, re)) return std::nullopt;
+  const std::string scheme = m[1].matched ? m[1].str() : "http";
+  if (scheme != "http" && scheme != "https") return std::nullopt;
+  Origin out;
+  out.tls = scheme == "https";
+  out.host = m[2].matched ? m[2].str() : m[3].str();
+  const std::string port = m[4].str();
+  if (port.size() > 5) return std::nullopt;
+  out.port = port.empty() ? (out.tls ? 443 : 80) : std::stoi(port);
+  return out;
 }
 
 // The sockets of one call, and the cut that ends them whatever cpp-httplib is
@@ -179,12 +223,26 @@ absl::StatusOr<HttpReply> HttpCall(const std::string& method,
     return absl::DeadlineExceededError(
         absl::StrCat(method, " ", url, ": no time left"));
   }
-  httplib::Client client(origin);
-  if (!client.is_valid()) {
+  const std::optional<Origin> parsed = ParseOrigin(origin);
+  if (!parsed) {
     return absl::InvalidArgumentError(
         absl::StrCat(method, " ", url, ": not an http:// or https:// URL"));
   }
-  const std::string host = HostOf(origin);
+  ReplyHead head;
+  std::unique_ptr<httplib::ClientImpl> owned;
+  if (parsed->tls) {
+    owned = std::make_unique<BoundedClient<httplib::SSLClient>>(
+        parsed->host, parsed->port, &head);
+  } else {
+    owned = std::make_unique<BoundedClient<httplib::ClientImpl>>(
+        parsed->host, parsed->port, &head);
+  }
+  httplib::ClientImpl& client = *owned;
+  if (!client.is_valid()) {
+    return absl::InternalError(
+        absl::StrCat(method, " ", url, ": cannot set up TLS"));
+  }
+  const std::string& host = parsed->host;
   absl::StatusOr<std::vector<std::string>> addresses =
       ResolveHost(host, limits);
   if (!addresses.ok()) {
@@ -203,6 +261,11 @@ absl::StatusOr<HttpReply> HttpCall(const std::string& method,
     request.body = json_body;
     request.set_header("Content-Type", "application/json");
   }
+  // The head ends where cpp-httplib hands the reply over.
+  request.response_handler = [&head](const httplib::Response&) {
+    head.EndHead();
+    return true;
+  };
   std::string body;
   bool too_large = false;
   request.content_receiver = [&](const char* data, size_t size, uint64_t,
@@ -243,6 +306,12 @@ absl::StatusOr<HttpReply> HttpCall(const std::string& method,
   if (limits.stopped()) {
     return absl::CancelledError(absl::StrCat(method, " ", url, ": stopped"));
   }
+  const std::string at =
+      address == host ? "" : absl::StrCat(" (at ", address, ")");
+  if (!head.refused().empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(method, " ", url, ": ", head.refused(), at));
+  }
   // A cut connection can look like the end of a reply read to the close.
   if (cutter.cut() || (!sent && Steady::now() >= limits.deadline)) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -260,7 +329,7 @@ absl::StatusOr<HttpReply> HttpCall(const std::string& method,
         !unguarded.empty()                    ? unguarded
         : error == httplib::Error::Connection ? std::string("cannot connect")
                                               : httplib::to_string(error),
-        address == host ? "" : absl::StrCat(" (at ", address, ")")));
+        at));
   }
   return HttpReply{response.status, std::move(body)};
 }

@@ -4,6 +4,8 @@
 // 127.0.0.x addresses.
 #include "lib/discovery/dns_source.h"
 
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -86,6 +88,43 @@ TEST_CASE(
   CHECK(missing.status().code() == absl::StatusCode::kNotFound);
 }
 
+// A DNS server on 127.0.0.1 (UDP, port 0) answering every query SERVFAIL.
+class FailingDnsServer {
+ public:
+  FailingDnsServer() : fd_(BoundUdpSocket(&port_)) {
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        pollfd ready{fd_, POLLIN, 0};
+        if (poll(&ready, 1, 50) != 1) continue;  // 50 ms: looks at stop_
+        unsigned char query[512];
+        sockaddr_storage from{};
+        socklen_t length = sizeof(from);
+        const ssize_t n = recvfrom(fd_, query, sizeof(query), 0,
+                                   reinterpret_cast<sockaddr*>(&from), &length);
+        if (n < 12) continue;
+        query[2] |= 0x80;     // QR: an answer
+        query[3] = 0x80 | 2;  // RA, RCODE 2 (SERVFAIL)
+        sendto(fd_, query, n, 0, reinterpret_cast<sockaddr*>(&from), length);
+        ++answered_;
+      }
+    });
+  }
+  ~FailingDnsServer() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  HostPort address() const { return HostPort::Tcp("127.0.0.1", port_); }
+  int answered() const { return answered_; }
+
+ private:
+  int port_ = 0;
+  const int fd_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> answered_{0};
+  std::thread thread_;
+};
+
 TEST_CASE(
     "DnsSource reports no records, a DNS server that is down or "
     "silent, and a stop as errors naming the server, within the "
@@ -106,6 +145,19 @@ TEST_CASE(
   CHECK_THAT(std::string(refused.status().message()),
              Catch::StartsWith("learners.test (A): DNS server " +
                                down.nameserver->ToString() + ": "));
+
+  // A server that answers SERVFAIL (c-ares: "Could not contact DNS
+  // servers"): said as it is, naming the server.
+  FailingDnsServer failing;
+  DnsSourceConfig servfail = Source("learners.test", 1, dns);
+  servfail.nameserver = failing.address();
+  auto failed = DnsSource(servfail).Fetch(Within(milliseconds(5000)));
+  CHECK(failed.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(failed.status().message() ==
+        "learners.test (A): DNS server " + servfail.nameserver->ToString() +
+            " refused or failed the query for learners.test (SERVFAIL, "
+            "REFUSED or NOTIMP), or could not be reached");
+  CHECK(failing.answered() > 0);
 
   // A server that takes the queries and never answers: cut at the deadline;
   // or soon after a stop asked while the query waits.
