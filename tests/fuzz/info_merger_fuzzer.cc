@@ -333,11 +333,13 @@ struct Checker {
     for (const auto& [key, value] : map.fields()) {
       path->push_back(key);
       const bool per_sample = PerSample(config.per_sample_keys, Dotted(*path));
-      if (value.kind_case() == Value::kStructValue) {
+      if (!per_sample && Homogeneous(key)) {
+        // The first learner's value, whole: no rule below applies in it.
+      } else if (value.kind_case() == Value::kStructValue) {
         Walk(value.struct_value(), path);
       } else if (value.kind_case() == Value::kListValue && per_sample) {
         CheckList(value.list_value(), *path);
-      } else if (!per_sample && !Homogeneous(key)) {
+      } else if (!per_sample) {
         CheckPerLearner(value, *path);
       }
       path->pop_back();
@@ -556,7 +558,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (learners > 0 && input.ConsumeIntegralInRange(0, 15) == 0) {
     std::vector<size_t> short_counts(counts.begin(), counts.end() - 1);
     FUZZ_CHECK(!merger.Merge(pointers, ids, short_counts).ok());
-    FUZZ_CHECK(!merger.Merge(pointers, ids, counts, short_counts).ok());
+    if (learners > 1) {  // (none at all means all plain)
+      const std::vector<size_t> short_stands(stands_for.begin(),
+                                             stands_for.end() - 1);
+      FUZZ_CHECK(!merger.Merge(pointers, ids, counts, short_stands).ok());
+    }
     return 0;
   }
 
