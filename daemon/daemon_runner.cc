@@ -48,7 +48,7 @@ constexpr std::chrono::milliseconds kOrphanKillTimeout(500);
 sigset_t DaemonSignals() {
   sigset_t signals;
   sigemptyset(&signals);
-  for (int signo : {SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGCHLD}) {
+  for (int signo : kDaemonSignals) {
     sigaddset(&signals, signo);
   }
   return signals;

@@ -5,6 +5,8 @@
 #ifndef DAEMON_DAEMON_RUNNER_H_
 #define DAEMON_DAEMON_RUNNER_H_
 
+#include <signal.h>
+
 #include <string>
 
 namespace aggregator {
@@ -19,10 +21,14 @@ struct DaemonOptions {
   bool check_only = false;
 };
 
-// Blocks the signals the daemon takes synchronously (SIGTERM, SIGINT, SIGHUP,
-// SIGUSR1, SIGCHLD) in the calling thread, and so in every thread it starts.
-// main() calls it before anything else, so a signal that arrives at start-up
-// waits for the signal loop instead of killing the process.
+// The signals the daemon takes synchronously, in its signal loop.
+inline constexpr int kDaemonSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1,
+                                         SIGCHLD};
+
+// Blocks kDaemonSignals in the calling thread, and so in every thread it
+// starts. aggregatord blocks them before any library's initialiser runs
+// (daemon/main.cc, .preinit_array) and RunDaemon again, so a signal that
+// arrives at start-up waits for the signal loop instead of killing the process.
 void BlockDaemonSignals();
 
 // Exit codes: 0 after a clean stop or a passing --check; 1 for an invalid

@@ -1,17 +1,37 @@
 // aggregatord: flags in, RunDaemon out. Everything else lives in lib/.
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstring>
 
 #include "daemon/daemon_runner.h"
 #include "lib/base/version.h"
 #include "lib/process/process_guard.h"
 
-// Before main(), as early as this binary's code runs: a SIGHUP or SIGTERM
-// that arrives during start-up waits for the signal loop instead of taking
-// the default action (which ends the process).
-__attribute__((constructor)) static void BlockSignalsAtLoad() {
-  aggregator::BlockDaemonSignals();
+// As early as this binary's code runs: a SIGHUP or SIGTERM that arrives
+// during start-up stays pending for the signal loop instead of taking the
+// default action (which ends the process with no log line). ld.so calls the
+// executable's .preinit_array once it has relocated, before any library's
+// initialiser; a constructor here ran only after them all (gRPC's,
+// protobuf's, abseil's...: issue 26 item 17). The raw system call, which
+// needs no library state: not even libc's initialiser has run yet.
+namespace {
+
+void BlockSignalsBeforeInitialisers(int, char**, char**) {
+  uint64_t mask = 0;  // the kernel's sigset_t: one bit per signal
+  for (int signo : aggregator::kDaemonSignals) {
+    mask |= uint64_t{1} << (signo - 1);
+  }
+  syscall(SYS_rt_sigprocmask, SIG_BLOCK, &mask, nullptr, sizeof(mask));
 }
+
+__attribute__((section(".preinit_array"), used)) void (*block_signals_early)(
+    int, char**, char**) = &BlockSignalsBeforeInitialisers;
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // The daemon starts its workers through itself, as their process guard.

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -63,11 +64,13 @@ class MergePass {
             const std::vector<std::string>& per_sample_keys,
             const std::vector<std::string>& learner_ids,
             const std::vector<size_t>& sample_counts,
+            const std::vector<size_t>& learners,
             std::vector<std::string>* warnings)
       : homogeneous_keys_(homogeneous_keys),
         per_sample_keys_(per_sample_keys),
         ids_(learner_ids),
         counts_(sample_counts),
+        learners_(learners),
         warnings_(warnings) {}
 
   // `maps[i]` is learner i's map at `path`, or null when it has none.
@@ -135,6 +138,9 @@ class MergePass {
         decider = i;
       }
     }
+    if (shape == Shape::kList && !IsPerSample(path) && Mixes(values)) {
+      return PerLearner(path, values, out);
+    }
     for (size_t i = 0; i < values.size(); ++i) {
       const Shape s = ShapeOf(values[i]);
       const bool fits = s == shape || s == Shape::kAbsent || s == Shape::kNull;
@@ -157,13 +163,8 @@ class MergePass {
     }
     if (shape == Shape::kScalar) {
       auto* list = out->mutable_list_value();
-      for (Value* value : values) {
-        Value* entry = list->add_values();
-        if (value == nullptr) {
-          entry->set_null_value(google::protobuf::NULL_VALUE);
-        } else {
-          *entry = std::move(*value);
-        }
+      for (size_t i = 0; i < values.size(); ++i) {
+        AddForEachLearner(i, values[i], list);
       }
       return absl::OkStatus();
     }
@@ -206,6 +207,80 @@ class MergePass {
     return IsPerSampleKey(per_sample_keys_, path);
   }
 
+  // The learners learner i stands for: 0 for a plain learner.
+  size_t StandsFor(size_t i) const {
+    return i < learners_.size() ? learners_[i] : 0;
+  }
+
+  // Lists and scalars at one key, and no map: a tree's per-learner values.
+  static bool Mixes(const std::vector<Value*>& values) {
+    bool list = false;
+    bool scalar = false;
+    for (const Value* value : values) {
+      const Shape s = ShapeOf(value);
+      if (s == Shape::kMap) return false;
+      list = list || s == Shape::kList;
+      scalar = scalar || s == Shape::kScalar;
+    }
+    return list && scalar;
+  }
+
+  // One entry per learner in plan order (the rule in info_merger.h), or an
+  // error naming the learner whose value does not stand for its learners.
+  absl::Status PerLearner(const std::string& path,
+                          const std::vector<Value*>& values, Value* out) {
+    size_t scalar = 0;
+    while (ShapeOf(values[scalar]) != Shape::kScalar) ++scalar;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const Shape s = ShapeOf(values[i]);
+      const size_t n = StandsFor(i);
+      if (s == Shape::kList && n == 0) {
+        return absl::InternalError(
+            absl::StrCat("cannot merge learn info key '", path, "': ", ids_[i],
+                         " sent a list but ", ids_[scalar], " sent a scalar"));
+      }
+      if (s == Shape::kList &&
+          static_cast<size_t>(values[i]->list_value().values_size()) != n) {
+        return absl::InternalError(absl::StrCat(
+            "cannot merge learn info key '", path, "': ", ids_[i],
+            " sent a list of ", values[i]->list_value().values_size(),
+            " entries but stands for ", n,
+            " learners (DataDemand.learners), and ", ids_[scalar],
+            " sent a scalar"));
+      }
+    }
+    auto* list = out->mutable_list_value();
+    for (size_t i = 0; i < values.size(); ++i) {
+      const Shape s = ShapeOf(values[i]);
+      if (s == Shape::kList) {
+        for (Value& entry :
+             *values[i]->mutable_list_value()->mutable_values()) {
+          *list->add_values() = std::move(entry);
+        }
+      } else {
+        AddForEachLearner(i, values[i], list);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Learner i's scalar or null (none: a null) once for each learner it
+  // stands for (a child aggregator sends a scalar only for a key that its
+  // merge.homogeneous_keys hold: its learners' shared value).
+  void AddForEachLearner(size_t i, Value* value,
+                         google::protobuf::ListValue* list) {
+    for (size_t n = std::max<size_t>(StandsFor(i), 1); n > 0; --n) {
+      Value* entry = list->add_values();
+      if (value == nullptr) {
+        entry->set_null_value(google::protobuf::NULL_VALUE);
+      } else if (n > 1) {
+        *entry = *value;
+      } else {
+        *entry = std::move(*value);
+      }
+    }
+  }
+
   // Every learner sent a list with one entry per sample it was sent.
   absl::Status CheckPerSample(const std::string& path,
                               const std::vector<Value*>& values) const {
@@ -237,6 +312,7 @@ class MergePass {
   const std::vector<std::string>& per_sample_keys_;
   const std::vector<std::string>& ids_;
   const std::vector<size_t>& counts_;
+  const std::vector<size_t>& learners_;  // empty: all plain
   std::vector<std::string>* warnings_;
 };
 
@@ -262,16 +338,19 @@ InfoMerger::InfoMerger(const MergeConfig& config)
 absl::StatusOr<MergedInfo> InfoMerger::Merge(
     const std::vector<google::protobuf::Struct*>& infos,
     const std::vector<std::string>& learner_ids,
-    const std::vector<size_t>& sample_counts) const {
+    const std::vector<size_t>& sample_counts,
+    const std::vector<size_t>& learners) const {
   if (infos.size() != learner_ids.size() ||
-      infos.size() != sample_counts.size()) {
+      infos.size() != sample_counts.size() ||
+      (!learners.empty() && infos.size() != learners.size())) {
     return absl::InternalError(absl::StrCat(
         "InfoMerger: ", infos.size(), " infos for ", learner_ids.size(),
-        " learners and ", sample_counts.size(), " sample counts"));
+        " learners, ", sample_counts.size(), " sample counts and ",
+        learners.size(), " learner counts"));
   }
   MergedInfo merged;
   MergePass merge(homogeneous_keys_, per_sample_keys_, learner_ids,
-                  sample_counts, &merged.warnings);
+                  sample_counts, learners, &merged.warnings);
   if (absl::Status status = merge.Maps("", infos, &merged.info); !status.ok()) {
     return status;
   }

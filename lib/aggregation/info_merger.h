@@ -13,11 +13,21 @@
 //   batch (otherwise the merge fails naming key and learner); a scalar or null
 //   where a per-sample list belongs fails the same way (only a learner that
 //   was sent no samples may send no list);
-// - scalars (numbers, strings, bools) become a list with one entry per learner,
-// with
-//   null for a learner that did not send the key;
+// - scalars (numbers, strings, bools) become a list with one entry per
+//   learner, with null for a learner that did not send the key;
 // - a null where others send a map or list counts as absent (reported in
-// warnings);
+//   warnings);
+// - in a tree, a child aggregator sends as a list what its learners sent as
+//   scalars, one entry per learner. So where a key holds scalars (or nulls),
+//   alone or mixed with lists, each learner's value stands for each of the
+//   learners it stands for (`learners[i]`, its DataDemand.learners; at least
+//   one): a list of exactly that many entries gives them in order, a scalar
+//   or null (none: null) counts once for each (a child sends a scalar only
+//   for a key its merge.homogeneous_keys hold: its learners' shared value).
+//   The merged list has one entry per learner in plan order, as if the tree
+//   were one aggregator. A list from a plain learner (0), or of another
+//   length, beside a scalar is an error as below. Not under a per-sample key,
+//   whose lists line up with samples instead;
 // - any other mix (a list from one learner, a number from another) is an error
 // naming
 //   the key path and both learners.
@@ -54,14 +64,17 @@ class InfoMerger {
   explicit InfoMerger(const MergeConfig& config);
 
   // `infos[i]` came from the learner named `learner_ids[i]`, which was sent
-  // `sample_counts[i]` samples (same sizes). Values are moved out of `infos`
-  // (lists can hold one entry per sample). An empty input merges to an empty
-  // info. Fails with INTERNAL naming key and learners when shapes cannot be
-  // merged or a per-sample list does not line up.
+  // `sample_counts[i]` samples and stands for `learners[i]` learners (its
+  // DataDemand.learners: 0 for a plain learner; empty: all plain) (same
+  // sizes). Values are moved out of `infos` (lists can hold one entry per
+  // sample). An empty input merges to an empty info. Fails with INTERNAL
+  // naming key and learners when shapes cannot be merged or a per-sample list
+  // does not line up.
   absl::StatusOr<MergedInfo> Merge(
       const std::vector<google::protobuf::Struct*>& infos,
       const std::vector<std::string>& learner_ids,
-      const std::vector<size_t>& sample_counts) const;
+      const std::vector<size_t>& sample_counts,
+      const std::vector<size_t>& learners = {}) const;
 
  private:
   std::set<std::string> homogeneous_keys_;

@@ -228,10 +228,12 @@ class CleanMerge {
  public:
   CleanMerge(const std::set<std::string>& homogeneous_keys,
              const std::vector<std::string>& per_sample_keys,
-             const std::vector<size_t>& counts)
+             const std::vector<size_t>& counts,
+             const std::vector<size_t>& learners)
       : homogeneous_keys_(homogeneous_keys),
         per_sample_keys_(per_sample_keys),
-        counts_(counts) {}
+        counts_(counts),
+        learners_(learners) {}
 
   // Appends the merged Struct's entries to `out`; false when the merge is
   // not clean.
@@ -306,13 +308,14 @@ class CleanMerge {
     if (shape == Shape::kScalar) {
       // One entry per learner; a per-sample key would not line up.
       if (IsPerSample(path)) return false;
-      for (const RawValue* value : values) {
-        AppendField(1,
-                    value != nullptr
-                        ? value->bytes
-                        : absl::string_view(kNullBytes, sizeof(kNullBytes)),
-                    &body);
+      for (size_t i = 0; i < values.size(); ++i) {
+        AppendForEachLearner(i, values[i], &body);
       }
+      AppendField(kListValue, body, out);
+      return true;
+    }
+    if (shape == Shape::kList && !IsPerSample(path) && Mixes(values)) {
+      if (!PerLearner(values, &body)) return false;
       AppendField(kListValue, body, out);
       return true;
     }
@@ -344,9 +347,56 @@ class CleanMerge {
     return IsPerSampleKey(per_sample_keys_, path);
   }
 
+  size_t StandsFor(size_t i) const {
+    return i < learners_.size() ? learners_[i] : 0;
+  }
+
+  // Lists and scalars at one key, and no map (InfoMerger's per-learner case).
+  static bool Mixes(const std::vector<const RawValue*>& values) {
+    bool list = false;
+    bool scalar = false;
+    for (const RawValue* value : values) {
+      if (value == nullptr) continue;
+      if (value->shape == Shape::kMap) return false;
+      list = list || value->shape == Shape::kList;
+      scalar = scalar || value->shape == Shape::kScalar;
+    }
+    return list && scalar;
+  }
+
+  // InfoMerger's per-learner list: a list of exactly as many entries as its
+  // learner stands for; false for any other list.
+  bool PerLearner(const std::vector<const RawValue*>& values,
+                  std::string* body) const {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const RawValue* value = values[i];
+      if (value != nullptr && value->shape == Shape::kList) {
+        const size_t n = StandsFor(i);
+        if (n == 0 || ListSize(value->body) != n) return false;
+        body->append(value->body.data(), value->body.size());
+      } else {
+        AppendForEachLearner(i, value, body);
+      }
+    }
+    return true;
+  }
+
+  // A scalar or null (none: a null) once for each learner learner i stands
+  // for.
+  void AppendForEachLearner(size_t i, const RawValue* value,
+                            std::string* body) const {
+    const absl::string_view bytes =
+        value != nullptr ? value->bytes
+                         : absl::string_view(kNullBytes, sizeof(kNullBytes));
+    for (size_t n = std::max<size_t>(StandsFor(i), 1); n > 0; --n) {
+      AppendField(1, bytes, body);
+    }
+  }
+
   const std::set<std::string>& homogeneous_keys_;
   const std::vector<std::string>& per_sample_keys_;
   const std::vector<size_t>& counts_;
+  const std::vector<size_t>& learners_;  // empty: all plain
 };
 
 // A LearnReply's fields; false unless plain.
@@ -386,8 +436,10 @@ RawInfoMerger::RawInfoMerger(const MergeConfig& config)
 
 std::optional<RawInfoMerger::Merged> RawInfoMerger::Merge(
     const std::vector<absl::string_view>& replies,
-    const std::vector<size_t>& sample_counts) const {
-  if (replies.empty() || replies.size() != sample_counts.size()) {
+    const std::vector<size_t>& sample_counts,
+    const std::vector<size_t>& learners) const {
+  if (replies.empty() || replies.size() != sample_counts.size() ||
+      (!learners.empty() && learners.size() != replies.size())) {
     return std::nullopt;
   }
   Merged merged;
@@ -402,7 +454,8 @@ std::optional<RawInfoMerger::Merged> RawInfoMerger::Merge(
     merged.buffer_ids.emplace_back(reply.buffer_id);
   }
   std::string info;
-  const CleanMerge merge(homogeneous_keys_, per_sample_keys_, sample_counts);
+  const CleanMerge merge(homogeneous_keys_, per_sample_keys_, sample_counts,
+                         learners);
   if (!merge.Maps("", maps, &info)) return std::nullopt;
   AppendField(1, info, &merged.reply);
   if (!merged.task_ids[0].empty()) {

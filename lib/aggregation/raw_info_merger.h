@@ -52,10 +52,12 @@ class RawInfoMerger {
   };
 
   // `replies[i]` is the serialized LearnReply of the learner that was sent
-  // `sample_counts[i]` samples (same sizes). nullopt: not a clean merge of
-  // plain replies; merge them with InfoMerger.
+  // `sample_counts[i]` samples and stands for `learners[i]` learners (as in
+  // InfoMerger::Merge; empty: all plain) (same sizes). nullopt: not a clean
+  // merge of plain replies; merge them with InfoMerger.
   std::optional<Merged> Merge(const std::vector<absl::string_view>& replies,
-                              const std::vector<size_t>& sample_counts) const;
+                              const std::vector<size_t>& sample_counts,
+                              const std::vector<size_t>& learners = {}) const;
 
  private:
   std::set<std::string> homogeneous_keys_;

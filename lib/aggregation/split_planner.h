@@ -36,6 +36,9 @@ struct PlanSlice {
   // The learner's own plan id (when it is an aggregator itself), passed on in
   // Learn.
   std::string learner_plan_id;
+  // The learners it stands for (its DataDemand.learners: 0 for a plain
+  // learner), for merging its per-learner lists (info_merger.h).
+  size_t learners = 0;
 };
 
 struct Plan {

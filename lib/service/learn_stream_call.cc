@@ -243,6 +243,7 @@ class LearnerService::LearnStreamCall final
     done_.assign(learners->size(), false);
     for (size_t i = 0; i < learners->size(); ++i) {
       counts_.push_back(static_cast<size_t>(plan.slices[i].batch_size));
+      stands_for_.push_back(plan.slices[i].learners);
       Calls::value_type& call = calls_[i];
       call.learner = std::move((*learners)[i]);
       call.context = NewLearnerContext(context_, deadline_, call_path_);
@@ -466,8 +467,8 @@ class LearnerService::LearnStreamCall final
       const bool trained =
           std::all_of(calls_.begin(), calls_.end(),
                       [](const auto& call) { return call.status.ok(); });
-      status =
-          service_->MergeLearn(kMethod, calls_, counts_, *settings_, reply_);
+      status = service_->MergeLearn(kMethod, calls_, counts_, stands_for_,
+                                    *settings_, reply_);
       if (trained) claim_->Consume();
     }
     {
@@ -505,6 +506,7 @@ class LearnerService::LearnStreamCall final
   std::chrono::steady_clock::time_point arrived_;  // the first message
   std::optional<PlanClaim> claim_;
   std::vector<size_t> counts_;
+  std::vector<size_t> stands_for_;  // PlanSlice::learners, for the merge
   std::optional<StreamSplitter> splitter_ ABSL_GUARDED_BY(mu_);
   // Set up by the first message, then only the senders change them (each
   // its own Call) until Complete, which runs once they are all done.

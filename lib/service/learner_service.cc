@@ -23,6 +23,9 @@ namespace pb = aggregator::v1;
 
 // A batch has at most this many samples (a repeated field's limit).
 constexpr int64_t kMaxBatch = 1 << 30;
+// A tree stands for at most this many learners (DataDemand.learners): a
+// merged per-learner list has one entry each, so an absurd count is refused.
+constexpr int64_t kMaxLearners = 65536;
 
 template <typename T>
 void WarnIfDifferent(const char* method, const char* field,
@@ -466,6 +469,7 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
       [this, reply, generation, membership](auto& calls) {
         std::vector<PlanSlice> slices;
         const auto& first = calls.front();
+        int64_t learners = 0;  // the plan stands for
         for (const auto& call : calls) {
           const pb::DataDemand& demand = call.reply;
           // Bounded so that sums cannot overflow and a plan fits one message.
@@ -476,6 +480,16 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
                              " demanded batch_size ", demand.batch_size(),
                              "; it must be between 0 and ", kMaxBatch));
           }
+          if (demand.learners() < 0 || demand.learners() > kMaxLearners) {
+            return grpc::Status(
+                grpc::StatusCode::INTERNAL,
+                absl::StrCat("GetData: ", call.learner.Name(),
+                             " said it stands for ", demand.learners(),
+                             " learners (DataDemand.learners); it must be "
+                             "between 0 and ",
+                             kMaxLearners));
+          }
+          learners += std::max<int64_t>(demand.learners(), 1);
           WarnIfDifferent("GetData", "cur_learner_iter", first.learner,
                           first.reply.cur_learner_iter(), call.learner,
                           demand.cur_learner_iter());
@@ -486,12 +500,22 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
                           first.reply.buffer_id(), call.learner,
                           demand.buffer_id());
           slices.push_back(PlanSlice{call.learner.id, call.learner.epoch,
-                                     demand.batch_size(), demand.plan_id()});
+                                     demand.batch_size(), demand.plan_id(),
+                                     static_cast<size_t>(demand.learners())});
+        }
+        if (learners > kMaxLearners) {
+          return grpc::Status(
+              grpc::StatusCode::INTERNAL,
+              absl::StrCat("GetData: the plan would stand for ", learners,
+                           " learners (the sum of the learners' "
+                           "DataDemand.learners), more than ",
+                           kMaxLearners));
         }
         *reply = std::move(calls.front().reply);
         auto plan = planner_.Record(std::move(slices), generation);
         reply->set_batch_size(plan->total);
         reply->set_plan_id(plan->id);
+        reply->set_learners(static_cast<int32_t>(learners));
         *reply->mutable_membership() = *membership;
         return grpc::Status::OK;
       });
@@ -536,9 +560,11 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
   }
   // Part i holds learner i's samples as sub-slices of the received bytes.
   std::vector<size_t> counts;
+  std::vector<size_t> stands_for;  // each learner's learners, for the merge
   std::vector<std::string> plan_ids;
   for (const PlanSlice& slice : plan.slices) {
     counts.push_back(static_cast<size_t>(slice.batch_size));
+    stands_for.push_back(slice.learners);
     plan_ids.push_back(slice.learner_plan_id);
   }
   // Appended to each slice: a field of LearnRequest may come in any order.
@@ -568,7 +594,8 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
       [this, context, reactor, reply, settings, started, held,
        timed = TimingWanted(*context),
        lease = std::shared_ptr<InflightBudget::Lease>(*std::move(lease)),
-       counts = std::move(counts)](auto& calls) mutable {
+       counts = std::move(counts),
+       stands_for = std::move(stands_for)](auto& calls) mutable {
         WatchStragglers(calls, *settings);
         // Once every learner has trained, a retry of the plan would train them
         // twice, whatever became of their answers: the plan is used.
@@ -576,7 +603,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
             std::all_of(calls.begin(), calls.end(),
                         [](const auto& call) { return call.status.ok(); });
         const grpc::Status status =
-            MergeLearn("Learn", calls, counts, *settings, reply);
+            MergeLearn("Learn", calls, counts, stands_for, *settings, reply);
         if (trained) held->Consume();
         // The batch's bytes are counted free before the caller hears back: a
         // caller that sends its next batch at once must find the budget.
@@ -621,8 +648,8 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::PlanLearners(
 
 grpc::Status LearnerService::MergeLearn(
     const char* method, LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
-    const std::vector<size_t>& counts, const Settings& settings,
-    grpc::ByteBuffer* reply) {
+    const std::vector<size_t>& counts, const std::vector<size_t>& stands_for,
+    const Settings& settings, grpc::ByteBuffer* reply) {
   grpc::Status status = Summarize(method, calls);
   if (!status.ok()) return status;
   std::vector<std::string> shares;  // each learner's reply, for a size error
@@ -660,7 +687,7 @@ grpc::Status LearnerService::MergeLearn(
       }
       bytes.push_back(flat[i]);
     }
-    if (auto merged = settings.raw_merger.Merge(bytes, counts);
+    if (auto merged = settings.raw_merger.Merge(bytes, counts, stands_for);
         merged.has_value()) {
       for (size_t i = 1; i < calls.size(); ++i) {
         WarnIfDifferent(method, "task_id", calls[0].learner,
@@ -696,7 +723,7 @@ grpc::Status LearnerService::MergeLearn(
     WarnIfDifferent(method, "buffer_id", calls[0].learner,
                     replies[0].buffer_id(), learner, replies[i].buffer_id());
   }
-  auto merged = settings.merger.Merge(infos, ids, counts);
+  auto merged = settings.merger.Merge(infos, ids, counts, stands_for);
   if (!merged.ok()) {
     return grpc::Status(grpc::StatusCode::INTERNAL,
                         absl::StrCat(method, ": ", merged.status().message()));

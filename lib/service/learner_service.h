@@ -202,12 +202,12 @@ class LearnerService final
                          const LearnerCalls<Request, Reply>& calls);
   // Merges the learners' serialized Learn replies into `reply` (for
   // `method`: Learn or LearnStream). `counts[i]`: the samples learner i was
-  // sent.
+  // sent; `stands_for[i]`: the learners it stands for (PlanSlice::learners).
   grpc::Status MergeLearn(
       const char* method,
       LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
-      const std::vector<size_t>& counts, const Settings& settings,
-      grpc::ByteBuffer* reply);
+      const std::vector<size_t>& counts, const std::vector<size_t>& stands_for,
+      const Settings& settings, grpc::ByteBuffer* reply);
   // What every slice of `plan` carries besides its samples and plan_id: the
   // learners that train this step (LearnRequest.membership).
   static aggregator::v1::LearnRequest MembershipStamp(const Plan& plan);

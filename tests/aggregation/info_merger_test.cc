@@ -27,7 +27,7 @@ std::string ToJson(const Struct& s) {
 // samples (none when `counts` is empty).
 absl::StatusOr<aggregator::MergedInfo> MergeAll(
     std::vector<Struct> infos, const InfoMerger& merger,
-    std::vector<size_t> counts = {}) {
+    std::vector<size_t> counts = {}, const std::vector<size_t>& learners = {}) {
   std::vector<Struct*> pointers;
   std::vector<std::string> ids;
   for (size_t i = 0; i < infos.size(); ++i) {
@@ -35,7 +35,7 @@ absl::StatusOr<aggregator::MergedInfo> MergeAll(
     ids.push_back("l" + std::to_string(i));
   }
   if (counts.empty()) counts.assign(infos.size(), 0);
-  return merger.Merge(pointers, ids, counts);
+  return merger.Merge(pointers, ids, counts, learners);
 }
 
 void RequireMerged(const std::vector<std::string>& inputs,
@@ -204,6 +204,56 @@ TEST_CASE("List against scalar is an error naming the key and both learners") {
   CHECK_THAT(std::string(merged.status().message()),
              Catch::Contains("'a.p'") && Catch::Contains("l0 sent a list") &&
                  Catch::Contains("l1 sent a scalar"));
+}
+
+TEST_CASE(
+    "In a tree, a child's per-learner list and a plain learner's scalar merge "
+    "into one entry per learner, in plan order") {
+  // l0 is a child aggregator standing for 2 learners, l1 a plain learner, l2
+  // another child standing for 3 (DataDemand.learners).
+  InfoMerger merger(MergeConfig{{}});
+  auto merged = MergeAll({Json(R"({"loss": [1, 2], "m": {"x": [5, 6]},
+                                   "only_plain": null})"),
+                          Json(R"({"loss": 3, "m": {"x": 7},
+                                   "only_plain": "p"})"),
+                          Json(R"({"loss": [4, 5, 6], "m": {}})")},
+                         merger, {}, {2, 0, 3});
+  REQUIRE(merged.ok());
+  CHECK(merged->warnings.empty());
+  INFO("merged: " << ToJson(merged->info));
+  CHECK(google::protobuf::util::MessageDifferencer::Equals(
+      merged->info, Json(R"({"loss": [1, 2, 3, 4, 5, 6],
+               "m": {"x": [5, 6, 7, null, null, null]},
+               "only_plain": [null, null, "p", null, null, null]})")));
+
+  SECTION("a list that does not stand for its learners still fails") {
+    auto wrong =
+        MergeAll({Json(R"({"loss": [1, 2, 3]})"), Json(R"({"loss": 4})")},
+                 merger, {}, {2, 0});
+    REQUIRE_FALSE(wrong.ok());
+    CHECK_THAT(std::string(wrong.status().message()),
+               Catch::Contains("'loss'") &&
+                   Catch::Contains("l0 sent a list of 3 entries") &&
+                   Catch::Contains("stands for 2 learners") &&
+                   Catch::Contains("l1 sent a scalar"));
+  }
+  SECTION("a child's scalar (a homogeneous key there) counts for each") {
+    auto each = MergeAll({Json(R"({"loss": [1, 2], "lr": 0.1})"),
+                          Json(R"({"loss": 4, "lr": 0.2})")},
+                         merger, {}, {2, 0});
+    REQUIRE(each.ok());
+    INFO("merged: " << ToJson(each->info));
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(
+        each->info, Json(R"({"loss": [1, 2, 4], "lr": [0.1, 0.1, 0.2]})")));
+  }
+  SECTION("and a per-sample key lines up with samples, not learners") {
+    InfoMerger per_sample(MergeConfig{{}, {"loss"}});
+    auto wrong = MergeAll({Json(R"({"loss": [1, 2]})"), Json(R"({"loss": 4})")},
+                          per_sample, {2, 1}, {2, 0});
+    REQUIRE_FALSE(wrong.ok());
+    CHECK_THAT(std::string(wrong.status().message()),
+               Catch::Contains("l0 sent a list but l1 sent a scalar"));
+  }
 }
 
 TEST_CASE("Map against list is an error; a scalar before a map too") {

@@ -37,26 +37,27 @@ std::string Reply(const Struct& info, const std::string& task_id = "t") {
 
 std::optional<RawInfoMerger::Merged> Raw(
     const std::vector<std::string>& replies, const std::vector<size_t>& counts,
-    const MergeConfig& config = {}) {
+    const MergeConfig& config = {}, const std::vector<size_t>& learners = {}) {
   const std::vector<absl::string_view> views(replies.begin(), replies.end());
-  return RawInfoMerger(config).Merge(views, counts);
+  return RawInfoMerger(config).Merge(views, counts, learners);
 }
 
 // Merges `infos` both ways: the raw merger must merge, to InfoMerger's info,
 // and InfoMerger must have nothing to say.
 void CheckSame(std::vector<Struct> infos, const std::vector<size_t>& counts,
-               const MergeConfig& config = {}) {
+               const MergeConfig& config = {},
+               const std::vector<size_t>& learners = {}) {
   std::vector<std::string> replies;
   std::vector<std::string> ids;
   for (size_t i = 0; i < infos.size(); ++i) {
     replies.push_back(Reply(infos[i]));
     ids.push_back("l" + std::to_string(i));
   }
-  const auto raw = Raw(replies, counts, config);
+  const auto raw = Raw(replies, counts, config, learners);
   REQUIRE(raw.has_value());
   std::vector<Struct*> pointers;
   for (Struct& info : infos) pointers.push_back(&info);
-  const auto merged = InfoMerger(config).Merge(pointers, ids, counts);
+  const auto merged = InfoMerger(config).Merge(pointers, ids, counts, learners);
   REQUIRE(merged.ok());
   CHECK(merged->warnings.empty());
   pb::LearnReply parsed;
@@ -87,6 +88,15 @@ TEST_CASE("A clean merge on the bytes is InfoMerger's merge") {
   // One learner, and no learner info at all.
   CheckSame({Info(R"({"a": [1, {"b": 2}]})")}, {0});
   CheckSame({Info("{}"), Info("{}")}, {0, 0});
+  // A tree: a child standing for 2 learners, a plain learner, a child
+  // standing for 1 (InfoMerger's per-learner list, nulls for the absent).
+  CheckSame({Info(R"({"received": [2, 3], "m": {"x": [1, 2]}, "y": null})"),
+             Info(R"({"received": 1, "m": {"x": 3}, "y": "p"})"),
+             Info(R"({"received": [4], "m": {}})")},
+            {5, 1, 4}, {}, {2, 0, 1});
+  // Scalars alone: each counts for every learner its sender stands for.
+  CheckSame({Info(R"({"lr": 0.1})"), Info(R"({"lr": 0.2})"), Info("{}")},
+            {1, 1, 1}, {}, {3, 0, 2});
 }
 
 TEST_CASE("The raw merger declines what InfoMerger has words for") {
@@ -101,8 +111,12 @@ TEST_CASE("The raw merger declines what InfoMerger has words for") {
   // Null or nothing where another learner sends a list or map (warnings).
   CHECK(declines({R"({"m": {"a": 1}})", R"({"m": null})"}, {1, 1}));
   CHECK(declines({R"({"l": [1]})", R"({})"}, {1, 1}));
-  // A shape conflict (an error).
+  // A shape conflict (an error), also from a child aggregator whose list
+  // does not stand for its learners.
   CHECK(declines({R"({"x": [1]})", R"({"x": 2})"}, {1, 1}));
+  CHECK(!Raw({Reply(Info(R"({"x": [1, 2, 3]})")), Reply(Info(R"({"x": 2})"))},
+             {1, 1}, {}, {2, 0})
+             .has_value());
   // A per-sample list that does not line up (an error).
   CHECK(declines({R"({"priority_info": {"priority": [1]}})",
                   R"({"priority_info": {"priority": [1]}})"},

@@ -1,16 +1,23 @@
 // libFuzzer target: the info merger (lib/aggregation/info_merger).
 //
 // From the input, deterministically (FuzzedDataProvider): a MergeConfig, 0 to 5
-// learners, each with an id, a sample count (its slice of the batch) and a
-// random google.protobuf.Struct tree whose keys are drawn mostly from a small
-// set (so learners collide on keys, per-sample keys included) and whose lists
-// under per-sample keys often, not always, have one entry per sample.
+// learners, each with an id, a sample count (its slice of the batch), the
+// learners it stands for (DataDemand.learners: mostly 0, a plain learner; now
+// and then 1 to 3, a child aggregator) and a random google.protobuf.Struct
+// tree whose keys are drawn mostly from a small set (so learners collide on
+// keys, per-sample keys included) and whose lists under per-sample keys
+// often, not always, have one entry per sample, and elsewhere, for a child
+// aggregator, often one entry per learner it stands for.
 //
 // Checked on every input: Merge never crashes; an error is INTERNAL; and when
 // it succeeds, every list in the merged info at a per-sample path (a
 // merge.per_sample_keys entry or under one, reached through maps) has exactly
 // the batch's sample count of entries, in sample order: learner 0's entries
-// first (equal to the list it sent), then learner 1's, ... And the raw merger
+// first (equal to the list it sent), then learner 1's, ...; every other key
+// that holds scalars or nulls (alone or beside lists: a tree's per-learner
+// values, info_merger.h) merged to one entry per learner stood for: a list's
+// entries, or the scalar or null (none: null) once for each. And the raw
+// merger
 // (lib/aggregation/raw_info_merger), given the same infos as serialized
 // LearnReplies, either declines or merges to what InfoMerger merges, where
 // InfoMerger has no warning. The replies' bytes are not always protobuf's own
@@ -24,6 +31,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -85,8 +93,10 @@ class TreeBuilder {
   TreeBuilder(FuzzedDataProvider& input, const std::vector<std::string>& keys)
       : input_(input), per_sample_keys_(keys) {}
 
-  void Build(Struct* out, size_t samples) {
+  // `stands_for`: the learners this one stands for (0: a plain learner).
+  void Build(Struct* out, size_t samples, size_t stands_for) {
     budget_ = 64;
+    stands_for_ = stands_for;
     Map(out, {}, samples, 0);
   }
 
@@ -133,10 +143,13 @@ class TreeBuilder {
         break;  // a Value with no kind set
       case 5:
       case 6: {
-        // A list: at a per-sample path mostly one entry per sample.
+        // A list: at a per-sample path mostly one entry per sample; else,
+        // from a child aggregator, often one entry per learner.
         size_t entries = input_.ConsumeIntegralInRange<size_t>(0, 4);
         if (per_sample && input_.ConsumeIntegralInRange(0, 3) != 0) {
           entries = samples;
+        } else if (!per_sample && stands_for_ > 0 && input_.ConsumeBool()) {
+          entries = stands_for_;
         }
         auto* list = out->mutable_list_value();
         for (size_t i = 0; i < entries; ++i) {
@@ -158,6 +171,7 @@ class TreeBuilder {
   FuzzedDataProvider& input_;
   const std::vector<std::string>& per_sample_keys_;
   int budget_ = 0;
+  size_t stands_for_ = 0;
 };
 
 // Writes LearnReplies as protobuf would, except where the input says: a tag
@@ -309,22 +323,92 @@ const Value* Find(const Struct& info, const std::vector<std::string>& path) {
 }
 
 struct Checker {
-  const std::vector<std::string>& per_sample_keys;
+  const aggregator::MergeConfig& config;
   const std::vector<Struct>& originals;
   const std::vector<size_t>& counts;
+  const std::vector<size_t>& stands_for;
   size_t total;
 
   void Walk(const Struct& map, std::vector<std::string>* path) const {
     for (const auto& [key, value] : map.fields()) {
       path->push_back(key);
-      if (value.kind_case() == Value::kStructValue) {
+      const bool per_sample = PerSample(config.per_sample_keys, Dotted(*path));
+      if (!per_sample && Homogeneous(key)) {
+        // The first learner's value, whole: no rule below applies in it.
+      } else if (value.kind_case() == Value::kStructValue) {
         Walk(value.struct_value(), path);
-      } else if (value.kind_case() == Value::kListValue &&
-                 PerSample(per_sample_keys, Dotted(*path))) {
+      } else if (value.kind_case() == Value::kListValue && per_sample) {
         CheckList(value.list_value(), *path);
+      } else if (!per_sample) {
+        CheckPerLearner(value, *path);
       }
       path->pop_back();
     }
+  }
+
+  bool Homogeneous(const std::string& key) const {
+    for (const std::string& name : config.homogeneous_keys) {
+      if (name == key) return true;
+    }
+    return false;
+  }
+
+  // The model of the per-learner rule: where the learners' values at `path`
+  // are scalars or nulls, or such beside lists (and no map), the merge is one
+  // entry per learner stood for.
+  void CheckPerLearner(const Value& merged,
+                       const std::vector<std::string>& path) const {
+    bool list = false;
+    bool scalar = false;
+    std::vector<const Value*> sent;
+    for (const Struct& original : originals) {
+      const Value* value = Find(original, path);
+      sent.push_back(value);
+      if (value == nullptr) continue;
+      switch (value->kind_case()) {
+        case Value::kStructValue:
+          return;  // not this rule's case
+        case Value::kListValue:
+          list = true;
+          break;
+        case Value::kNumberValue:
+        case Value::kStringValue:
+        case Value::kBoolValue:
+          scalar = true;
+          break;
+        default:
+          break;
+      }
+    }
+    if (list && !scalar) return;  // lists concatenate
+    google::protobuf::ListValue expected;
+    for (size_t i = 0; i < sent.size(); ++i) {
+      const Value* value = sent[i];
+      const auto kind =
+          value == nullptr ? Value::KIND_NOT_SET : value->kind_case();
+      if (kind == Value::kListValue) {
+        FUZZ_CHECK(stands_for[i] > 0);
+        FUZZ_CHECK(static_cast<size_t>(value->list_value().values_size()) ==
+                   stands_for[i]);
+        for (const Value& entry : value->list_value().values()) {
+          *expected.add_values() = entry;
+        }
+      } else {
+        for (size_t n = std::max<size_t>(stands_for[i], 1); n > 0; --n) {
+          if (value == nullptr) {
+            expected.add_values()->set_null_value(google::protobuf::NULL_VALUE);
+          } else {
+            *expected.add_values() = *value;
+          }
+        }
+      }
+    }
+    FUZZ_CHECK(merged.kind_case() == Value::kListValue);
+    if (!MessageDifferencer::Equals(merged.list_value(), expected)) {
+      std::fprintf(stderr, "per-learner list '%s' is not the model's\n",
+                   Dotted(path).c_str());
+    }
+    FUZZ_CHECK(MessageDifferencer::Equals(merged.list_value(), expected));
   }
 
   void CheckList(const google::protobuf::ListValue& list,
@@ -364,6 +448,7 @@ struct Checker {
 void Print(const aggregator::MergeConfig& config,
            const std::vector<std::string>& ids,
            const std::vector<size_t>& counts,
+           const std::vector<size_t>& stands_for,
            const std::vector<Struct>& infos) {
   std::fprintf(stderr, "per_sample_keys: [%s]\nhomogeneous_keys: [%s]\n",
                absl::StrJoin(config.per_sample_keys, ", ").c_str(),
@@ -371,8 +456,8 @@ void Print(const aggregator::MergeConfig& config,
   for (size_t i = 0; i < infos.size(); ++i) {
     std::string json;
     (void)google::protobuf::util::MessageToJsonString(infos[i], &json);
-    std::fprintf(stderr, "learner '%s', %zu samples: %s\n", ids[i].c_str(),
-                 counts[i], json.c_str());
+    std::fprintf(stderr, "learner '%s', %zu samples, stands for %zu: %s\n",
+                 ids[i].c_str(), counts[i], stands_for[i], json.c_str());
   }
 }
 
@@ -403,19 +488,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t learners = input.ConsumeIntegralInRange<size_t>(0, 5);
   std::vector<std::string> ids;
   std::vector<size_t> counts;
+  std::vector<size_t> stands_for;
   std::vector<Struct> infos(learners);
   TreeBuilder builder(input, config.per_sample_keys);
   for (size_t i = 0; i < learners; ++i) {
     ids.push_back(input.ConsumeBool() ? "l" + std::to_string(i)
                                       : input.ConsumeRandomLengthString(4));
     counts.push_back(input.ConsumeIntegralInRange<size_t>(0, 6));
-    builder.Build(&infos[i], counts.back());
+    stands_for.push_back(input.ConsumeIntegralInRange(0, 3) == 0
+                             ? input.ConsumeIntegralInRange<size_t>(1, 3)
+                             : 0);
+    builder.Build(&infos[i], counts.back(), stands_for.back());
   }
   size_t total = 0;
   for (size_t count : counts) total += count;
   const std::vector<Struct> originals = infos;
 
-  if (std::getenv("FUZZ_PRINT") != nullptr) Print(config, ids, counts, infos);
+  if (std::getenv("FUZZ_PRINT") != nullptr) {
+    Print(config, ids, counts, stands_for, infos);
+  }
 
   // The raw merger on the same infos as bytes, protobuf's serialization or
   // not: it merges only what parses, and to what InfoMerger merges of it.
@@ -441,7 +532,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<absl::string_view> raw_replies(serialized.begin(),
                                                    serialized.end());
   const std::optional<aggregator::RawInfoMerger::Merged> raw =
-      aggregator::RawInfoMerger(config).Merge(raw_replies, counts);
+      aggregator::RawInfoMerger(config).Merge(raw_replies, counts, stands_for);
   aggregator::InfoMerger merger(config);
   if (raw.has_value()) {
     std::vector<aggregator::v1::LearnReply> parsed(learners);
@@ -451,7 +542,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       parsed_infos.push_back(parsed[i].mutable_info());
     }
     absl::StatusOr<aggregator::MergedInfo> expected =
-        merger.Merge(parsed_infos, ids, counts);
+        merger.Merge(parsed_infos, ids, counts, stands_for);
     FUZZ_CHECK(expected.ok());
     FUZZ_CHECK(expected->warnings.empty());
     aggregator::v1::LearnReply merged;
@@ -467,17 +558,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (learners > 0 && input.ConsumeIntegralInRange(0, 15) == 0) {
     std::vector<size_t> short_counts(counts.begin(), counts.end() - 1);
     FUZZ_CHECK(!merger.Merge(pointers, ids, short_counts).ok());
+    if (learners > 1) {  // (none at all means all plain)
+      const std::vector<size_t> short_stands(stands_for.begin(),
+                                             stands_for.end() - 1);
+      FUZZ_CHECK(!merger.Merge(pointers, ids, counts, short_stands).ok());
+    }
     return 0;
   }
 
   absl::StatusOr<aggregator::MergedInfo> merged =
-      merger.Merge(pointers, ids, counts);
+      merger.Merge(pointers, ids, counts, stands_for);
   if (!merged.ok()) {
     FUZZ_CHECK(merged.status().code() == absl::StatusCode::kInternal);
     return 0;
   }
   std::vector<std::string> path;
-  Checker{config.per_sample_keys, originals, counts, total}.Walk(merged->info,
-                                                                 &path);
+  Checker{config, originals, counts, stands_for, total}.Walk(merged->info,
+                                                             &path);
   return 0;
 }

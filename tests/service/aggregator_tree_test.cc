@@ -1,12 +1,15 @@
 // Trees of aggregators stay true (issue 13): a parent's GetResource follows a
 // child aggregator's learners within resource_refresh, and a plan the parent
-// made before the child changed is refused, naming the child.
+// made before the child changed is refused, naming the child; and a parent
+// over a child aggregator and a plain learner merges their Learn infos
+// (issue 26 item 15).
 #include <catch2/catch.hpp>
 
 #include "tests/testing/test_cluster.h"
 
 using namespace aggregator::testing;
 using aggregator::AggregatorConfig;
+using aggregator::ExampleLearnerOptions;
 namespace pb = aggregator::v1;
 
 namespace {
@@ -79,4 +82,49 @@ TEST_CASE(
   batch = Batch(static_cast<int>(after.batch_size()), "new-");
   batch.set_plan_id(after.plan_id());
   REQUIRE(stub->Learn(Deadline().get(), batch, &reply).ok());
+}
+
+TEST_CASE(
+    "A parent over a child aggregator and a plain learner merges their "
+    "per-learner values into one list, one entry per learner in plan order") {
+  // Issue 26 item 15: the child sends `received` as a list of its 2
+  // learners' values, the plain learner as a scalar; the parent used to fail
+  // every Learn ("child sent a list but plain sent a scalar").
+  auto l1 = StartLearner();
+  auto l2 = StartLearner();
+  ExampleLearnerOptions small;
+  small.batch_size = 16;
+  auto plain = StartLearner(small);
+  auto child = StartReadyAggregator(FastConfig(
+      {Endpoint("l1", l1->address), Endpoint("l2", l2->address)}, 2));
+  auto parent = StartReadyAggregator(FastConfig(
+      {Endpoint("child", child->address()), Endpoint("plain", plain->address)},
+      2));
+  auto stub = LearnerStub(parent->address());
+
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  CHECK(demand.batch_size() == 2 * 32 + 16);
+  CHECK(demand.learners() == 3);  // a grandparent's merge needs it
+
+  pb::LearnRequest batch = Batch(static_cast<int>(demand.batch_size()), "s");
+  batch.set_plan_id(demand.plan_id());
+  pb::LearnReply reply;
+  const grpc::Status status = stub->Learn(Deadline().get(), batch, &reply);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  const auto& fields = reply.info().fields();
+  REQUIRE(fields.count("received") == 1);
+  const auto& received = fields.at("received").list_value();
+  REQUIRE(received.values_size() == 3);
+  CHECK(received.values(0).number_value() == 32);  // l1, through the child
+  CHECK(received.values(1).number_value() == 32);  // l2, through the child
+  CHECK(received.values(2).number_value() == 16);  // plain
+  // The per-sample lists still line up with the batch.
+  CHECK(fields.at("priority_info")
+            .struct_value()
+            .fields()
+            .at("replay_unique_id")
+            .list_value()
+            .values_size() == demand.batch_size());
 }

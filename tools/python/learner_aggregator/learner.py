@@ -61,6 +61,8 @@ class DataDemand(TypedDict):
     plan_id: str
     extra: Dict[str, Any]
     membership: Membership
+    # The learners the demand's per-learner lists stand for (an aggregator's plan).
+    learners: int
 
 
 class LearnResult(TypedDict):
