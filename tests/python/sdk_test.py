@@ -126,6 +126,39 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(caught.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
         self.assertEqual(caught.exception.details, "LearnerError: no task open")
 
+    def test_queries_are_answered_while_a_learn_is_stuck(self):
+        # A learner stuck in a collective must still say what it wants (issue 28): its
+        # GetData and GetResource do not queue behind its Learn.
+        class Stuck(RecordingLearner):
+            def __init__(self):
+                super().__init__()
+                self.entered, self.release = threading.Event(), threading.Event()
+
+            def learn(self, samples):
+                self.entered.set()
+                if not self.release.wait(testutil.LONG_WAIT):
+                    raise TimeoutError("never released")
+                return {"learner_step": 1}
+
+        learner = Stuck()
+        self.addCleanup(learner.release.set)
+        with LearnerServer(learner, "127.0.0.1:0") as server:
+            address = f"127.0.0.1:{server.port}"
+            with AggregatorClient(address, timeout=testutil.LONG_WAIT) as slow, \
+                    AggregatorClient(address, timeout=2.0) as quick:
+                learned = []
+                caller = threading.Thread(target=lambda: learned.append(
+                    slow.learn([Sample(b"", {})])), daemon=True)
+                caller.start()
+                self.assertTrue(learner.entered.wait(testutil.LONG_WAIT))
+                # DEADLINE_EXCEEDED after 2 s while calls were serialized.
+                self.assertEqual(quick.get_data()["batch_size"], 4)
+                self.assertEqual(quick.resource()["gpus"], 2)
+                self.assertFalse(learned)  # the Learn is still stuck
+                learner.release.set()
+                caller.join(testutil.LONG_WAIT)
+                self.assertEqual(learned[0]["info"]["learner_step"], 1)
+
     def test_missing_method_and_bad_result(self):
         class Partial:
             def get_data(self):

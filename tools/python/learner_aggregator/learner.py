@@ -10,9 +10,10 @@ from learner_aggregator.samples import Sample
 
 
 class Learner(Protocol):
-    """What LearnerServer serves. Every method is called with the others' calls
-    serialized, so a learner need not be thread-safe. Numbers in the dicts a learner
-    is given come as floats (a protobuf Struct holds doubles).
+    """What LearnerServer serves. start_task, learn and close_task are called one at a
+    time, so a learner need not be thread-safe; get_data and get_resource (one at a
+    time between them) may run during one of those: they should only read. Numbers in
+    the dicts a learner is given come as floats (a protobuf Struct holds doubles).
 
     learn() may also take a `membership` keyword argument (a Membership): then each
     batch comes with the aggregator's membership stamp.

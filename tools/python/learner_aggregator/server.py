@@ -13,7 +13,10 @@ The learner object has
                                       a new generation means the set of learners
                                       training together changed.
     close_task()                     may return a message string
-Calls into it are serialized (one at a time), so it need not be thread-safe. A method
+Its start_task, learn and close_task are serialized (one at a time), so it need not be
+thread-safe; get_data and get_resource, the queries, are serialized among themselves
+but may run while one of those runs (a learn stuck in a collective still answers what
+it wants): they should only read. A method
 that raises fails its RPC with INTERNAL (or a LearnerError's code) and the message
 "<ExceptionType>: <message>"; the server goes on serving. KeyboardInterrupt and
 SystemExit are answered the same way (a handler thread would otherwise swallow them and
@@ -56,13 +59,18 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -
     raise AssertionError("grpc's abort() returned")  # pragma: no cover
 
 
+# The learner methods that only read, answered beside a call in progress.
+_QUERIES = frozenset({"get_data", "get_resource"})
+
+
 class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
     """Translates between the Learner RPCs and the learner object's methods."""
 
-    def __init__(self, learner: Learner, lock: threading.Lock,
+    def __init__(self, learner: Learner, lock: threading.Lock, query_lock: threading.Lock,
                  on_exit: Callable[[Any], None]) -> None:
         self._learner = learner
         self._lock = lock
+        self._query_lock = query_lock
         self._on_exit = on_exit
         # Whether learn() takes `membership`: inspect.signature() costs more than the
         # rest of a small Learn's bookkeeping, so it is asked once, not per call.
@@ -75,7 +83,7 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
             _abort(context, grpc.StatusCode.UNIMPLEMENTED,
                    f"the learner has no method {name}()")
         try:
-            with self._lock:
+            with self._query_lock if name in _QUERIES else self._lock:
                 return method(*args, **kwargs)
         except LearnerError as e:
             _abort(context, e.code, f"{type(e).__name__}: {e}")
@@ -257,8 +265,11 @@ class LearnerServer:
         self.health = health.HealthServicer()
         self._max_message_bytes = max_message_bytes
         self._max_workers = max_workers
-        # Serializes calls into the learner (the gRPC and worker-channel paths alike).
+        # Serializes calls into the learner (the gRPC and worker-channel paths alike)...
         self.lock = threading.Lock()
+        # ... but get_data and get_resource over gRPC, which take this one: a learn
+        # stuck in a collective must not hold back what the aggregator asks meanwhile.
+        self.query_lock = threading.Lock()
         self._server: Optional[grpc.Server] = None
         self._pool: Optional[_DaemonThreadPool] = None
         self._port: Optional[int] = None
@@ -312,7 +323,8 @@ class LearnerServer:
         server = grpc.server(pool, options=self._options())
         # The generated *_pb2_grpc modules are untyped (Debian has no grpc stubs).
         learner_pb2_grpc.add_LearnerServicer_to_server(  # type: ignore[no-untyped-call]
-            _LearnerServicer(self.learner, self.lock, lambda code: self.on_exit(code)),
+            _LearnerServicer(self.learner, self.lock, self.query_lock,
+                             lambda code: self.on_exit(code)),
             server)
         health_pb2_grpc.add_HealthServicer_to_server(  # type: ignore[no-untyped-call]
             self.health, server)

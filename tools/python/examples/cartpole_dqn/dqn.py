@@ -8,14 +8,15 @@ shares the weights the way DI-engine learners do: a checkpoint file named in
 task_info, rewritten every `weights_every` steps, whose version (the learner step) is
 the Learn info's weights_version.
 
-Elastic (a learner_id given): the group is formed from the aggregator's membership
-instead of a fixed world. When a Learn carries a new membership generation the replica
-leaves its group and joins the new one (rank: its place among the members), and the
-members adopt the state of the one that has trained longest, so a replica that was
-restarted (its task replayed, its weights fresh) catches up and all stay bit-identical.
-The groups rendezvous through files beside the task's checkpoint. An all-reduce that
-breaks because a member died fails that step with ABORTED (the aggregator does not hold
-it against the survivors); the next step comes with the smaller membership.
+Elastic (a learner_id given): the group is a learner_aggregator.torch.ElasticGroup,
+formed from the aggregator's membership instead of a fixed world and re-formed when a
+Learn carries a new generation; each formation brings every replica to the state
+(weights, target network, Adam moments, step, weights version) of the one that trained
+longest, so a restarted replica catches up and all stay bit-identical. The groups
+rendezvous through files beside the task's checkpoint. An all-reduce that breaks (a
+member died) or outlasts its bound (a member hangs) fails that step with ABORTED (the
+aggregator does not hold it against the survivors); the next step comes with the
+smaller membership.
 
 Samples: `data` is encode_arrays({"transition": <one TRANSITION record>}); meta has
 replay_unique_id (echoed) and weight (the importance-sampling weight).
@@ -23,7 +24,6 @@ replay_unique_id (echoed) and weight (the importance-sampling weight).
 
 from __future__ import annotations
 
-import datetime
 import functools
 import hashlib
 import os
@@ -36,6 +36,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from learner_aggregator import LearnerError, Sample, decode_arrays, encode_arrays
+from learner_aggregator.torch import ElasticGroup
 
 # One transition, as one structured array: a single npz member decodes fastest.
 TRANSITION = np.dtype([("obs", np.float32, 4), ("action", np.int64), ("reward", np.float32),
@@ -97,7 +98,7 @@ class DQNLearner:
         self.world_size = world_size
         self.learner_id = learner_id  # set: elastic
         self.dist_timeout = dist_timeout
-        self.generation: Optional[int] = None  # of the group this replica is in
+        self.group: Optional[ElasticGroup] = None  # elastic: made by start_task
         self.q: Optional[torch.nn.Module] = None
         self.step = 0
         self.task: Dict[str, Any] = {}
@@ -118,6 +119,14 @@ class DQNLearner:
         self.checkpoint = info.get("checkpoint")
         self.step = 0
         self.weights_version = 0
+        if self.learner_id is not None:
+            if self.group is not None:
+                self.group.leave()
+            self.group = ElasticGroup(self.learner_id,
+                                      rendezvous_dir=os.path.dirname(str(self.checkpoint)),
+                                      timeout=self.dist_timeout)
+            self.group.track(modules=[self.q, self.target], optimizers=[self.optimizer],
+                             counters_of=self, counters=["step", "weights_version"])
         self._share_weights()
         return f"replica {self.rank}/{self.world_size} ready, weights {state_sha256(self.q)[:12]}"
 
@@ -130,9 +139,13 @@ class DQNLearner:
               membership: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         if self.q is None:
             raise LearnerError(grpc.StatusCode.FAILED_PRECONDITION, "learn before start_task")
-        if self.learner_id is not None and membership and membership.get("members"):
-            if membership["generation"] != self.generation:
-                self._reform(int(membership["generation"]), list(membership["members"]))
+        if self.group is not None:
+            formation = self.group.join(membership)
+            if formation is not None:
+                self.rank, self.world_size = formation.rank, formation.world_size
+                print(f"replica {self.learner_id}: group generation {formation.generation}, "
+                      f"rank {self.rank} of {self.world_size}, at step {self.step}, weights "
+                      f"{state_sha256(self.q)[:12]}", flush=True)
         batch = np.frombuffer(b"".join(_transition_bytes(s.data) for s in samples), TRANSITION)
         weights = torch.tensor([float(s.meta.get("weight", 1.0)) for s in samples])
         obs, next_obs, action, reward = (
@@ -149,12 +162,10 @@ class DQNLearner:
         loss = (weights * F.smooth_l1_loss(q, target, reduction="none")).mean()
         self.optimizer.zero_grad()
         loss.backward()
-        try:
+        if self.group is not None:
+            self.group.all_reduce_gradients(self.q)  # LearnerError(ABORTED) if it broke
+        else:
             self._average_gradients()
-        except RuntimeError as e:  # a member died mid-step
-            self.generation = None  # re-form with the next membership
-            raise LearnerError(grpc.StatusCode.ABORTED,
-                               f"the training group broke: {e}") from None
         torch.nn.utils.clip_grad_norm_(self.q.parameters(), 10.0)
         self.optimizer.step()
         self.step += 1
@@ -181,6 +192,7 @@ class DQNLearner:
         return message
 
     def _average_gradients(self) -> None:
+        """The static group's (learner.py --world-size): one all-reduce for all."""
         if self.world_size == 1:
             return
         grads = [p.grad for p in self.q.parameters()]
@@ -192,36 +204,9 @@ class DQNLearner:
             g.copy_(flat[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
 
-    def _reform(self, generation: int, members: List[str]) -> None:
-        """Leaves the old group, joins the group of `members`, and takes the state of
-        the member that has trained the most steps."""
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        self.rank, self.world_size = members.index(self.learner_id), len(members)
-        self.generation = generation
-        if self.world_size > 1:
-            directory = os.path.dirname(str(self.checkpoint))
-            dist.init_process_group(
-                "gloo", init_method=f"file://{directory}/group-{generation}",
-                rank=self.rank, world_size=self.world_size,
-                timeout=datetime.timedelta(seconds=self.dist_timeout))
-            steps = [None] * self.world_size
-            dist.all_gather_object(steps, self.step)
-            source = steps.index(max(steps))
-            state = [(self.q.state_dict(), self.target.state_dict(),
-                      self.optimizer.state_dict(), self.step, self.weights_version)]
-            dist.broadcast_object_list(state, src=source)
-            q, target, optimizer, self.step, self.weights_version = state[0]
-            self.q.load_state_dict(q)
-            self.target.load_state_dict(target)
-            self.optimizer.load_state_dict(optimizer)
-        print(f"replica {self.learner_id}: group generation {generation}, rank "
-              f"{self.rank} of {self.world_size}, at step {self.step}, weights "
-              f"{state_sha256(self.q)[:12]}", flush=True)
-
     def _share_weights(self) -> None:
         self.weights_version = self.step
-        if self.learner_id is not None and self.generation is None:
+        if self.group is not None and self.group.generation is None:
             # No group yet: the first replica to start the task writes the initial
             # weights; one that rejoins later (its task replayed) writes nothing.
             writes = not os.path.exists(str(self.checkpoint))
