@@ -11,9 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "lib/aggregation/raw_batch.h"
 #include "lib/base/grpc_status.h"
 #include "lib/learners/call_path.h"
+#include "lib/learners/failed_learners.h"
 #include "lib/service/call_timing.h"
 
 namespace aggregator {
@@ -118,12 +120,38 @@ absl::Status LearnerService::CheckEnough(const char* method,
                     StandingName(standing.state),
                     standing.why.empty() ? "" : ": ", standing.why);
   }
-  return absl::UnavailableError(absl::StrCat(
+  absl::Status too_few = absl::UnavailableError(absl::StrCat(
       method, ": ", count, " of ", pool_->size(), " learner(s) ready",
       membership_.policy() == OnLearnerFailure::kShrink ? " and in the plans"
                                                         : "",
       ", ", needed, " needed (min_learners ", settings.config.min_learners, ")",
       why.empty() ? "" : ": ", why));
+  AttachFailedLearners(Missing(), &too_few);
+  return too_few;
+}
+
+pb::FailedLearners LearnerService::Missing() const {
+  pb::FailedLearners missing;
+  const std::map<std::string, LearnerStanding> standings =
+      membership_.Standings();
+  for (const LearnerSnapshot& learner : pool_->Status()) {
+    std::string why;
+    if (learner.state != LearnerState::kReady) {
+      why = absl::StrCat(LearnerStateName(learner.state),
+                         learner.last_error.empty() ? "" : ": ",
+                         learner.last_error);
+    } else if (auto standing = standings.find(learner.id);
+               standing != standings.end()) {
+      why = absl::StrCat(StandingName(standing->second.state),
+                         standing->second.why.empty() ? "" : ": ",
+                         standing->second.why);
+    } else {
+      continue;
+    }
+    AddFailedLearner(learner.id, learner.address.ToString(),
+                     grpc::StatusCode::UNAVAILABLE, why, &missing);
+  }
+  return missing;
 }
 
 absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
@@ -170,11 +198,15 @@ template <typename Request, typename Reply>
 grpc::Status LearnerService::Summarize(
     const char* method, const LearnerCalls<Request, Reply>& calls) {
   std::vector<std::string> failures;
+  pb::FailedLearners failed;
   grpc::StatusCode code = grpc::StatusCode::OK;
   for (const auto& call : calls) {
     Record(method, call);
     if (call.status.ok()) continue;
     if (code == grpc::StatusCode::OK) code = call.status.error_code();
+    AddFailedLearner(call.learner.id, call.learner.address.ToString(),
+                     call.status.error_code(), call.status.error_message(),
+                     &failed);
     const std::string failure = absl::StrCat(CodeName(call.status.error_code()),
                                              ": ", call.status.error_message());
     failures.push_back(absl::StrCat(call.learner.Name(), ": ", failure));
@@ -191,7 +223,7 @@ grpc::Status LearnerService::Summarize(
       absl::StrCat(method, " failed on ", failures.size(), " of ", calls.size(),
                    " learner(s): ", absl::StrJoin(failures, "; "));
   spdlog::warn("{}", message);
-  return grpc::Status(code, message);
+  return WithFailedLearners(grpc::Status(code, message), failed);
 }
 
 void LearnerService::Served(const char* method,
@@ -277,7 +309,8 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
   if (!Enter(context, call.reactor, method, &call.path)) return call.reactor;
   auto learners = ReadyLearners(method, *call.settings);
   if (!learners.ok()) {
-    Finish(call.reactor, method, call.started, ToGrpc(learners.status()));
+    Finish(call.reactor, method, call.started,
+           ToGrpcWithFailedLearners(learners.status()));
     return call.reactor;
   }
   RelayTo<Request, Reply>(call, *std::move(learners), request, start,
@@ -379,7 +412,8 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
     AddTiming(context, started, LearnerCalls<pb::Resource, pb::Resource>(),
               started);
   }
-  Finish(reactor, "GetResource", started, ToGrpc(learners.status()));
+  Finish(reactor, "GetResource", started,
+         ToGrpcWithFailedLearners(learners.status()));
   return reactor;
 }
 
@@ -451,7 +485,8 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
   if (absl::Status enough =
           CheckEnough(call.method, *call.settings, view.members.size());
       !enough.ok()) {
-    Finish(call.reactor, call.method, call.started, ToGrpc(enough));
+    Finish(call.reactor, call.method, call.started,
+           ToGrpcWithFailedLearners(enough));
     return;
   }
   const uint64_t generation = view.generation;
@@ -470,11 +505,17 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
           const pb::DataDemand& demand = call.reply;
           // Bounded so that sums cannot overflow and a plan fits one message.
           if (demand.batch_size() < 0 || demand.batch_size() > kMaxBatch) {
-            return grpc::Status(
-                grpc::StatusCode::INTERNAL,
-                absl::StrCat("GetData: ", call.learner.Name(),
-                             " demanded batch_size ", demand.batch_size(),
-                             "; it must be between 0 and ", kMaxBatch));
+            const std::string why =
+                absl::StrCat("demanded batch_size ", demand.batch_size(),
+                             "; it must be between 0 and ", kMaxBatch);
+            pb::FailedLearners failed;
+            AddFailedLearner(call.learner.id, call.learner.address.ToString(),
+                             grpc::StatusCode::INTERNAL, why, &failed);
+            return WithFailedLearners(
+                grpc::Status(
+                    grpc::StatusCode::INTERNAL,
+                    absl::StrCat("GetData: ", call.learner.Name(), " ", why)),
+                failed);
           }
           WarnIfDifferent("GetData", "cur_learner_iter", first.learner,
                           first.reply.cur_learner_iter(), call.learner,
@@ -528,7 +569,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
   const Plan& plan = claim->plan();
   absl::StatusOr<std::vector<LearnerHandle>> learners =
       PlanLearners("Learn", plan);
-  if (!learners.ok()) return fail(ToGrpc(learners.status()));
+  if (!learners.ok()) return fail(ToGrpcWithFailedLearners(learners.status()));
   if (absl::Status count =
           CheckSampleCount(plan, static_cast<int64_t>(batch->sample_count()));
       !count.ok()) {
@@ -602,21 +643,39 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::PlanLearners(
     const char* method, const Plan& plan) const {
   std::vector<LearnerHandle> learners;
   std::vector<std::string> gone;
+  pb::FailedLearners failed;
   for (const PlanSlice& slice : plan.slices) {
     auto learner = pool_->Current(slice.learner_id, slice.epoch);
     if (learner.ok()) {
       learners.push_back(std::move(*learner));
     } else {
       gone.emplace_back(learner.status().message());
+      // The message names the learner first: the details say the rest.
+      const std::string address = AddressOf(slice.learner_id);
+      absl::string_view why = learner.status().message();
+      absl::ConsumePrefix(&why,
+                          absl::StrCat(slice.learner_id, " (", address, ") "));
+      AddFailedLearner(slice.learner_id, address,
+                       grpc::StatusCode::FAILED_PRECONDITION, std::string(why),
+                       &failed);
     }
   }
   if (!gone.empty()) {
-    return absl::FailedPreconditionError(
+    absl::Status changed = absl::FailedPreconditionError(
         absl::StrCat(method, ": the learners of plan '", plan.id,
                      "' changed since GetData: ", absl::StrJoin(gone, "; "),
                      "; call GetData again"));
+    AttachFailedLearners(failed, &changed);
+    return changed;
   }
   return learners;
+}
+
+std::string LearnerService::AddressOf(const std::string& id) const {
+  for (const LearnerSnapshot& learner : pool_->Status()) {
+    if (learner.id == id) return learner.address.ToString();
+  }
+  return "";  // no longer configured
 }
 
 grpc::Status LearnerService::MergeLearn(
@@ -685,9 +744,15 @@ grpc::Status LearnerService::MergeLearn(
     // Parsing releases the received bytes: one copy at a time.
     if (grpc::Status parsed = ParseLearnReply(&calls[i].reply, &replies[i]);
         !parsed.ok()) {
-      return grpc::Status(parsed.error_code(),
-                          absl::StrCat(method, ": ", learner.Name(), " sent ",
-                                       parsed.error_message()));
+      pb::FailedLearners failed;
+      AddFailedLearner(learner.id, learner.address.ToString(),
+                       parsed.error_code(),
+                       absl::StrCat("sent ", parsed.error_message()), &failed);
+      return WithFailedLearners(
+          grpc::Status(parsed.error_code(),
+                       absl::StrCat(method, ": ", learner.Name(), " sent ",
+                                    parsed.error_message())),
+          failed);
     }
     infos.push_back(replies[i].mutable_info());
     ids.push_back(learner.id);
