@@ -5,7 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,12 +18,19 @@
 #include "lib/base/grpc_status.h"
 #include "lib/learners/call_path.h"
 #include "lib/learners/failed_learners.h"
+#include "lib/ops/logging.h"
 #include "lib/service/call_timing.h"
 
 namespace aggregator {
 namespace {
 
 namespace pb = aggregator::v1;
+
+// The json log's fields of a line about one learner (lib/ops/logging.h).
+ScopedLogFields LearnerFields(const LearnerHandle& learner) {
+  return ScopedLogFields(
+      {{"learner", learner.id}, {"address", learner.address.ToString()}});
+}
 
 // A batch has at most this many samples (a repeated field's limit).
 constexpr int64_t kMaxBatch = 1 << 30;
@@ -222,6 +231,16 @@ grpc::Status LearnerService::Summarize(
   const std::string message =
       absl::StrCat(method, " failed on ", failures.size(), " of ", calls.size(),
                    " learner(s): ", absl::StrJoin(failures, "; "));
+  // One learner failed: the line is about it (fields for the json log).
+  // Several: the line names them all, and has no one learner's fields.
+  std::optional<ScopedLogFields> fields;
+  if (failed.learners_size() == 1) {
+    const pb::FailedLearner& learner = failed.learners(0);
+    fields.emplace(std::initializer_list<std::pair<const char*, std::string>>{
+        {"learner", learner.id()},
+        {"address", learner.address()},
+        {"code", CodeName(static_cast<grpc::StatusCode>(learner.code()))}});
+  }
   spdlog::warn("{}", message);
   return WithFailedLearners(grpc::Status(code, message), failed);
 }
@@ -355,6 +374,7 @@ void LearnerService::WatchStragglers(
     for (const auto& call : calls) {
       if (call.learner.id == change.id) learner = &call.learner;
     }
+    ScopedLogFields fields = LearnerFields(*learner);
     if (!change.flagged) {
       spdlog::info("learner {} is no longer a straggler ({:.1f}x the others)",
                    learner->Name(), change.ratio);
@@ -379,6 +399,7 @@ void LearnerService::MarkFailed(const LearnerHandle& learner,
                                 const std::string& why) {
   if (membership_.policy() != OnLearnerFailure::kShrink) return;
   membership_.Failed(learner, why);
+  ScopedLogFields fields = LearnerFields(learner);
   spdlog::warn("learner {} leaves the plans (on_learner_failure: shrink): {}",
                learner.Name(), why);
 }
@@ -465,6 +486,7 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
           membership_.ReplayEnded(replay.learner);
           if (replay.status.ok()) {
             membership_.Rejoined(replay.learner);
+            ScopedLogFields fields = LearnerFields(replay.learner);
             spdlog::info("learner {} rejoins the plans: the task was replayed",
                          replay.learner.Name());
           } else {
