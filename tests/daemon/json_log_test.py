@@ -68,6 +68,7 @@ log:
   format: json
 """)
         try:
+            ready = daemon.wait_for_line("ready after")  # the pool's state change
             daemon.wait_for_line("serving: 1 of 1")
             ctl = subprocess.run(["tools/cli/aggregatorctl", "--target", daemon.address,
                                   "--timeout", str(testutil.LONG_WAIT), "start"],
@@ -81,7 +82,11 @@ log:
         self.assertEqual(record["level"], "warning")
         self.assertEqual((record.get("learner"), record.get("address"), record.get("code")),
                          ("flaky", address, "INTERNAL"), line)
+        state = json.loads(ready)
+        self.assertEqual((state.get("learner"), state.get("address")), ("flaky", address),
+                         ready)
         print("failure line:", line, flush=True)
+        print("state line:", ready, flush=True)
 
     def test_text_is_the_default(self):
         daemon = testutil.Daemon(CONFIG.format(format="text").replace("log:\n  format: text\n", ""))
