@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/log_fields.h"
 #include "lib/learners/call_path.h"
 #include "lib/tls/credentials.h"
 
@@ -79,6 +80,11 @@ struct LearnerPool::Learner {
 
   std::string Name() const {
     return absl::StrCat(endpoint.id, " (", endpoint.address.ToString(), ")");
+  }
+  // The json log's fields of a line about it (lib/base/log_fields.h).
+  ScopedLogFields LogFields() const {
+    return ScopedLogFields(
+        {{"learner", endpoint.id}, {"address", endpoint.address.ToString()}});
   }
   LearnerHandle Handle() const {
     return LearnerHandle{endpoint.id, endpoint.address, epoch,   stub,
@@ -180,17 +186,23 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
       }
       auto learner =
           std::make_unique<Learner>(endpoint, connect_.backoff, hooks_.random);
-      spdlog::info("learner {}: connecting", learner->Name());
+      {
+        ScopedLogFields fields = learner->LogFields();
+        spdlog::info("learner {}: connecting", learner->Name());
+      }
       Schedule(learner.get(), Steady::now());
       next.push_back(std::move(learner));
     }
     for (auto& learner : learners_) {
       if (learner == nullptr) continue;
       if (learner->probing != nullptr) learner->probing->TryCancel();
-      spdlog::info(
-          "learner {}: removed from the pool; calls in flight finish on "
-          "their connection",
-          learner->Name());
+      {
+        ScopedLogFields fields = learner->LogFields();
+        spdlog::info(
+            "learner {}: removed from the pool; calls in flight finish on "
+            "their connection",
+            learner->Name());
+      }
       dropped.push_back(std::move(learner));
     }
     learners_ = std::move(next);
@@ -309,7 +321,11 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
             std::min(now + kReadyWatchPeriod, learner->next_refresh));
       return;
     }
-    spdlog::warn("learner {}: connection lost; reconnecting", learner->Name());
+    {
+      ScopedLogFields fields = learner->LogFields();
+      spdlog::warn("learner {}: connection lost; reconnecting",
+                   learner->Name());
+    }
     learner->state = LearnerState::kConnecting;
     learner->stub.reset();
     learner->generic.reset();
@@ -376,7 +392,10 @@ void LearnerPool::OnProbe(Learner* learner, const Event& event) {
                      " answered its probe): remove it from learners"));
     if (learner->state != LearnerState::kFailed) {
       learner->state = LearnerState::kFailed;
-      spdlog::error("learner {}: {}", learner->Name(), learner->last_error);
+      {
+        ScopedLogFields fields = learner->LogFields();
+        spdlog::error("learner {}: {}", learner->Name(), learner->last_error);
+      }
     }
     return;
   }
@@ -410,8 +429,11 @@ void LearnerPool::OnProbe(Learner* learner, const Event& event) {
   learner->generic = std::make_shared<grpc::GenericStub>(learner->channel);
   learner->backoff.Reset();
   learner->last_error.clear();
-  spdlog::info("learner {}: ready after {} attempt(s) ({} gpu(s))",
-               learner->Name(), learner->attempts, probe.reply.gpus());
+  {
+    ScopedLogFields fields = learner->LogFields();
+    spdlog::info("learner {}: ready after {} attempt(s) ({} gpu(s))",
+                 learner->Name(), learner->attempts, probe.reply.gpus());
+  }
   learner->attempts = 0;
   learner->next_refresh = Steady::now() + connect_.resource_refresh;
   Watch(learner, GRPC_CHANNEL_READY,
@@ -426,17 +448,23 @@ void LearnerPool::OnRefresh(Learner* learner, const Event& event) {
   if (!probe.status.ok()) {
     // Calls will say what is wrong with it; the connection watch, whether it
     // is gone. Its last figures stand until it answers.
-    spdlog::debug("learner {}: resource refresh failed: {}", learner->Name(),
-                  probe.status.error_message());
+    {
+      ScopedLogFields fields = learner->LogFields();
+      spdlog::debug("learner {}: resource refresh failed: {}", learner->Name(),
+                    probe.status.error_message());
+    }
     return;
   }
   if (probe.reply.gpus() < 0 || probe.reply.learners() < 0) return;
   if (probe.reply.gpus() != learner->resource.gpus() ||
       probe.reply.learners() != learner->resource.learners()) {
-    spdlog::info(
-        "learner {}: resources now {} gpu(s), {} learner(s) (were {}, {})",
-        learner->Name(), probe.reply.gpus(), probe.reply.learners(),
-        learner->resource.gpus(), learner->resource.learners());
+    {
+      ScopedLogFields fields = learner->LogFields();
+      spdlog::info(
+          "learner {}: resources now {} gpu(s), {} learner(s) (were {}, {})",
+          learner->Name(), probe.reply.gpus(), probe.reply.learners(),
+          learner->resource.gpus(), learner->resource.learners());
+    }
     learner->resource = probe.reply;
   }
 }
@@ -445,8 +473,11 @@ void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {
   learner->last_error = absl::StrCat(why, " (attempt ", learner->attempts, ")");
   learner->channel.reset();
   const auto delay = learner->backoff.Next();
-  spdlog::debug("learner {}: {}; next attempt in {}ms", learner->Name(),
-                learner->last_error, delay.count());
+  {
+    ScopedLogFields fields = learner->LogFields();
+    spdlog::debug("learner {}: {}; next attempt in {}ms", learner->Name(),
+                  learner->last_error, delay.count());
+  }
   Schedule(learner, Steady::now() + delay);
 }
 
@@ -455,11 +486,14 @@ void LearnerPool::MarkTimedOut(Steady::time_point now) {
     if (learner->state == LearnerState::kConnecting &&
         now >= learner->connecting_since + connect_.timeout) {
       learner->state = LearnerState::kFailed;
-      spdlog::error(
-          "learner {}: not ready within connect.timeout ({}ms): {}; still "
-          "retrying in the background",
-          learner->Name(), connect_.timeout.count(),
-          learner->last_error.empty() ? "no answer" : learner->last_error);
+      {
+        ScopedLogFields fields = learner->LogFields();
+        spdlog::error(
+            "learner {}: not ready within connect.timeout ({}ms): {}; still "
+            "retrying in the background",
+            learner->Name(), connect_.timeout.count(),
+            learner->last_error.empty() ? "no answer" : learner->last_error);
+      }
     }
   }
 }

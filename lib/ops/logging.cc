@@ -67,9 +67,6 @@ class EscapedMessage : public spdlog::custom_flag_formatter {
   }
 };
 
-// The structured fields of this thread's ScopedLogFields, outermost first.
-thread_local std::vector<std::pair<const char*, std::string>> log_fields;
-
 // One JSON object per line: ts (UTC, milliseconds), level, msg, then the
 // thread's structured fields.
 class JsonFormatter : public spdlog::formatter {
@@ -95,7 +92,7 @@ class JsonFormatter : public spdlog::formatter {
         "{\"ts\":\"", stamp, "\",\"level\":",
         JsonString(absl::string_view(level.data(), level.size())), ",\"msg\":",
         JsonString(absl::string_view(msg.payload.data(), msg.payload.size())));
-    for (const auto& [key, value] : log_fields) {
+    for (const auto& [key, value] : CurrentLogFields()) {
       absl::StrAppend(&line, ",", JsonString(key), ":", JsonString(value));
     }
     line += "}\n";
@@ -170,16 +167,6 @@ bool StderrIsJournal() {
   return fstat(STDERR_FILENO, &stderr_stat) == 0 &&
          static_cast<uintmax_t>(stderr_stat.st_dev) == device &&
          static_cast<uintmax_t>(stderr_stat.st_ino) == inode;
-}
-
-ScopedLogFields::ScopedLogFields(
-    std::initializer_list<std::pair<const char*, std::string>> fields)
-    : added_(fields.size()) {
-  log_fields.insert(log_fields.end(), fields.begin(), fields.end());
-}
-
-ScopedLogFields::~ScopedLogFields() {
-  log_fields.resize(log_fields.size() - added_);
 }
 
 std::string JsonString(absl::string_view text) {

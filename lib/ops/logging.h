@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "lib/base/log_fields.h"
 
 namespace aggregator {
 
@@ -35,20 +36,7 @@ std::string EscapeLogText(absl::string_view text);
 absl::Status ConfigureLogging(const std::string& level,
                               const std::string& format = "text");
 
-// Structured fields ("worker", "learner", "address", "code", "pid") added to
-// every json line logged on this thread while it lives; the text format
-// ignores them (its messages already say it). Nests: inner fields come last.
-class ScopedLogFields {
- public:
-  explicit ScopedLogFields(
-      std::initializer_list<std::pair<const char*, std::string>> fields);
-  ~ScopedLogFields();
-  ScopedLogFields(const ScopedLogFields&) = delete;
-  ScopedLogFields& operator=(const ScopedLogFields&) = delete;
-
- private:
-  size_t added_;
-};
+// ScopedLogFields (lib/base/log_fields.h) sets the structured fields.
 
 // `text` as a JSON string, quotes included (control characters as \uXXXX).
 std::string JsonString(absl::string_view text);

@@ -17,6 +17,7 @@
 #include "lib/aggregation/raw_batch.h"
 #include "lib/aggregation/stream_splitter.h"
 #include "lib/base/grpc_status.h"
+#include "lib/learners/failed_learners.h"
 #include "lib/learners/slice_sender.h"
 #include "lib/service/call_timing.h"
 #include "lib/service/learner_service.h"
@@ -237,7 +238,7 @@ class LearnerService::LearnStreamCall final
     claim_.emplace(*std::move(claim));
     const Plan& plan = claim_->plan();
     auto learners = service_->PlanLearners(kMethod, plan);
-    if (!learners.ok()) return ToGrpc(learners.status());
+    if (!learners.ok()) return ToGrpcWithFailedLearners(learners.status());
     const pb::LearnRequest stamp = MembershipStamp(plan);
     calls_.resize(learners->size());
     done_.assign(learners->size(), false);
@@ -372,11 +373,17 @@ class LearnerService::LearnStreamCall final
         // still sending, the caller is late, not the learner.
         failure = TimedOut();
       } else if (!call.status.ok() && !failure_.has_value()) {
-        failure = grpc::Status(
-            call.status.error_code(),
-            absl::StrCat("LearnStream failed on ", call.learner.Name(), ": ",
-                         CodeName(call.status.error_code()), ": ",
-                         call.status.error_message()));
+        pb::FailedLearners failed;
+        AddFailedLearner(call.learner.id, call.learner.address.ToString(),
+                         call.status.error_code(), call.status.error_message(),
+                         &failed);
+        failure = WithFailedLearners(
+            grpc::Status(
+                call.status.error_code(),
+                absl::StrCat("LearnStream failed on ", call.learner.Name(),
+                             ": ", CodeName(call.status.error_code()), ": ",
+                             call.status.error_message())),
+            failed);
       }
     }
     if (!failure.ok()) Fail(failure);
@@ -450,6 +457,9 @@ class LearnerService::LearnStreamCall final
       }
       (void)service_->Summarize(kMethod, started);
       status = *failure_;
+      // The learner that failed the call (the others were cancelled for it),
+      // kept through the message's rewrite below.
+      const pb::FailedLearners failed = ReadFailedLearners(status);
       // A learner that was sent samples may have trained on them: a retry
       // of the plan would train it twice, so the plan is used.
       if (!sent.empty() && claim_.has_value()) {
@@ -460,6 +470,7 @@ class LearnerService::LearnStreamCall final
                          "' is used (", absl::StrJoin(sent, ", "),
                          " had samples): GetData for the next"));
       }
+      status = WithFailedLearners(status, failed);
     } else {
       service_->WatchStragglers(calls_, *settings_);
       // Every learner trained: the plan is used, whatever became of the

@@ -5,21 +5,32 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "lib/aggregation/raw_batch.h"
 #include "lib/base/grpc_status.h"
 #include "lib/learners/call_path.h"
+#include "lib/learners/failed_learners.h"
+#include "lib/ops/logging.h"
 #include "lib/service/call_timing.h"
 
 namespace aggregator {
 namespace {
 
 namespace pb = aggregator::v1;
+
+// The json log's fields of a line about one learner (lib/ops/logging.h).
+ScopedLogFields LearnerFields(const LearnerHandle& learner) {
+  return ScopedLogFields(
+      {{"learner", learner.id}, {"address", learner.address.ToString()}});
+}
 
 // A batch has at most this many samples (a repeated field's limit).
 constexpr int64_t kMaxBatch = 1 << 30;
@@ -121,12 +132,38 @@ absl::Status LearnerService::CheckEnough(const char* method,
                     StandingName(standing.state),
                     standing.why.empty() ? "" : ": ", standing.why);
   }
-  return absl::UnavailableError(absl::StrCat(
+  absl::Status too_few = absl::UnavailableError(absl::StrCat(
       method, ": ", count, " of ", pool_->size(), " learner(s) ready",
       membership_.policy() == OnLearnerFailure::kShrink ? " and in the plans"
                                                         : "",
       ", ", needed, " needed (min_learners ", settings.config.min_learners, ")",
       why.empty() ? "" : ": ", why));
+  AttachFailedLearners(Missing(), &too_few);
+  return too_few;
+}
+
+pb::FailedLearners LearnerService::Missing() const {
+  pb::FailedLearners missing;
+  const std::map<std::string, LearnerStanding> standings =
+      membership_.Standings();
+  for (const LearnerSnapshot& learner : pool_->Status()) {
+    std::string why;
+    if (learner.state != LearnerState::kReady) {
+      why = absl::StrCat(LearnerStateName(learner.state),
+                         learner.last_error.empty() ? "" : ": ",
+                         learner.last_error);
+    } else if (auto standing = standings.find(learner.id);
+               standing != standings.end()) {
+      why = absl::StrCat(StandingName(standing->second.state),
+                         standing->second.why.empty() ? "" : ": ",
+                         standing->second.why);
+    } else {
+      continue;
+    }
+    AddFailedLearner(learner.id, learner.address.ToString(),
+                     grpc::StatusCode::UNAVAILABLE, why, &missing);
+  }
+  return missing;
 }
 
 absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
@@ -173,11 +210,15 @@ template <typename Request, typename Reply>
 grpc::Status LearnerService::Summarize(
     const char* method, const LearnerCalls<Request, Reply>& calls) {
   std::vector<std::string> failures;
+  pb::FailedLearners failed;
   grpc::StatusCode code = grpc::StatusCode::OK;
   for (const auto& call : calls) {
     Record(method, call);
     if (call.status.ok()) continue;
     if (code == grpc::StatusCode::OK) code = call.status.error_code();
+    AddFailedLearner(call.learner.id, call.learner.address.ToString(),
+                     call.status.error_code(), call.status.error_message(),
+                     &failed);
     const std::string failure = absl::StrCat(CodeName(call.status.error_code()),
                                              ": ", call.status.error_message());
     failures.push_back(absl::StrCat(call.learner.Name(), ": ", failure));
@@ -193,8 +234,18 @@ grpc::Status LearnerService::Summarize(
   const std::string message =
       absl::StrCat(method, " failed on ", failures.size(), " of ", calls.size(),
                    " learner(s): ", absl::StrJoin(failures, "; "));
+  // One learner failed: the line is about it (fields for the json log).
+  // Several: the line names them all, and has no one learner's fields.
+  std::optional<ScopedLogFields> fields;
+  if (failed.learners_size() == 1) {
+    const pb::FailedLearner& learner = failed.learners(0);
+    fields.emplace(std::initializer_list<std::pair<const char*, std::string>>{
+        {"learner", learner.id()},
+        {"address", learner.address()},
+        {"code", CodeName(static_cast<grpc::StatusCode>(learner.code()))}});
+  }
   spdlog::warn("{}", message);
-  return grpc::Status(code, message);
+  return WithFailedLearners(grpc::Status(code, message), failed);
 }
 
 void LearnerService::Served(const char* method,
@@ -280,7 +331,8 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
   if (!Enter(context, call.reactor, method, &call.path)) return call.reactor;
   auto learners = ReadyLearners(method, *call.settings);
   if (!learners.ok()) {
-    Finish(call.reactor, method, call.started, ToGrpc(learners.status()));
+    Finish(call.reactor, method, call.started,
+           ToGrpcWithFailedLearners(learners.status()));
     return call.reactor;
   }
   RelayTo<Request, Reply>(call, *std::move(learners), request, start,
@@ -325,6 +377,7 @@ void LearnerService::WatchStragglers(
     for (const auto& call : calls) {
       if (call.learner.id == change.id) learner = &call.learner;
     }
+    ScopedLogFields fields = LearnerFields(*learner);
     if (!change.flagged) {
       spdlog::info("learner {} is no longer a straggler ({:.1f}x the others)",
                    learner->Name(), change.ratio);
@@ -349,6 +402,7 @@ void LearnerService::MarkFailed(const LearnerHandle& learner,
                                 const std::string& why) {
   if (membership_.policy() != OnLearnerFailure::kShrink) return;
   membership_.Failed(learner, why);
+  ScopedLogFields fields = LearnerFields(learner);
   spdlog::warn("learner {} leaves the plans (on_learner_failure: shrink): {}",
                learner.Name(), why);
 }
@@ -382,7 +436,8 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
     AddTiming(context, started, LearnerCalls<pb::Resource, pb::Resource>(),
               started);
   }
-  Finish(reactor, "GetResource", started, ToGrpc(learners.status()));
+  Finish(reactor, "GetResource", started,
+         ToGrpcWithFailedLearners(learners.status()));
   return reactor;
 }
 
@@ -434,6 +489,7 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
           membership_.ReplayEnded(replay.learner);
           if (replay.status.ok()) {
             membership_.Rejoined(replay.learner);
+            ScopedLogFields fields = LearnerFields(replay.learner);
             spdlog::info("learner {} rejoins the plans: the task was replayed",
                          replay.learner.Name());
           } else {
@@ -454,7 +510,8 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
   if (absl::Status enough =
           CheckEnough(call.method, *call.settings, view.members.size());
       !enough.ok()) {
-    Finish(call.reactor, call.method, call.started, ToGrpc(enough));
+    Finish(call.reactor, call.method, call.started,
+           ToGrpcWithFailedLearners(enough));
     return;
   }
   const uint64_t generation = view.generation;
@@ -474,11 +531,17 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
           const pb::DataDemand& demand = call.reply;
           // Bounded so that sums cannot overflow and a plan fits one message.
           if (demand.batch_size() < 0 || demand.batch_size() > kMaxBatch) {
-            return grpc::Status(
-                grpc::StatusCode::INTERNAL,
-                absl::StrCat("GetData: ", call.learner.Name(),
-                             " demanded batch_size ", demand.batch_size(),
-                             "; it must be between 0 and ", kMaxBatch));
+            const std::string why =
+                absl::StrCat("demanded batch_size ", demand.batch_size(),
+                             "; it must be between 0 and ", kMaxBatch);
+            pb::FailedLearners failed;
+            AddFailedLearner(call.learner.id, call.learner.address.ToString(),
+                             grpc::StatusCode::INTERNAL, why, &failed);
+            return WithFailedLearners(
+                grpc::Status(
+                    grpc::StatusCode::INTERNAL,
+                    absl::StrCat("GetData: ", call.learner.Name(), " ", why)),
+                failed);
           }
           if (demand.learners() < 0 || demand.learners() > kMaxLearners) {
             return grpc::Status(
@@ -552,7 +615,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
   const Plan& plan = claim->plan();
   absl::StatusOr<std::vector<LearnerHandle>> learners =
       PlanLearners("Learn", plan);
-  if (!learners.ok()) return fail(ToGrpc(learners.status()));
+  if (!learners.ok()) return fail(ToGrpcWithFailedLearners(learners.status()));
   if (absl::Status count =
           CheckSampleCount(plan, static_cast<int64_t>(batch->sample_count()));
       !count.ok()) {
@@ -629,21 +692,39 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::PlanLearners(
     const char* method, const Plan& plan) const {
   std::vector<LearnerHandle> learners;
   std::vector<std::string> gone;
+  pb::FailedLearners failed;
   for (const PlanSlice& slice : plan.slices) {
     auto learner = pool_->Current(slice.learner_id, slice.epoch);
     if (learner.ok()) {
       learners.push_back(std::move(*learner));
     } else {
       gone.emplace_back(learner.status().message());
+      // The message names the learner first: the details say the rest.
+      const std::string address = AddressOf(slice.learner_id);
+      absl::string_view why = learner.status().message();
+      absl::ConsumePrefix(&why,
+                          absl::StrCat(slice.learner_id, " (", address, ") "));
+      AddFailedLearner(slice.learner_id, address,
+                       grpc::StatusCode::FAILED_PRECONDITION, std::string(why),
+                       &failed);
     }
   }
   if (!gone.empty()) {
-    return absl::FailedPreconditionError(
+    absl::Status changed = absl::FailedPreconditionError(
         absl::StrCat(method, ": the learners of plan '", plan.id,
                      "' changed since GetData: ", absl::StrJoin(gone, "; "),
                      "; call GetData again"));
+    AttachFailedLearners(failed, &changed);
+    return changed;
   }
   return learners;
+}
+
+std::string LearnerService::AddressOf(const std::string& id) const {
+  for (const LearnerSnapshot& learner : pool_->Status()) {
+    if (learner.id == id) return learner.address.ToString();
+  }
+  return "";  // no longer configured
 }
 
 grpc::Status LearnerService::MergeLearn(
@@ -712,9 +793,15 @@ grpc::Status LearnerService::MergeLearn(
     // Parsing releases the received bytes: one copy at a time.
     if (grpc::Status parsed = ParseLearnReply(&calls[i].reply, &replies[i]);
         !parsed.ok()) {
-      return grpc::Status(parsed.error_code(),
-                          absl::StrCat(method, ": ", learner.Name(), " sent ",
-                                       parsed.error_message()));
+      pb::FailedLearners failed;
+      AddFailedLearner(learner.id, learner.address.ToString(),
+                       parsed.error_code(),
+                       absl::StrCat("sent ", parsed.error_message()), &failed);
+      return WithFailedLearners(
+          grpc::Status(parsed.error_code(),
+                       absl::StrCat(method, ": ", learner.Name(), " sent ",
+                                    parsed.error_message())),
+          failed);
     }
     infos.push_back(replies[i].mutable_info());
     ids.push_back(learner.id);

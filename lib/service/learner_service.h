@@ -159,6 +159,11 @@ class LearnerService final
   // fewer than the call needs.
   absl::Status CheckEnough(const char* method, const Settings& settings,
                            size_t count) const;
+  // The learners that make CheckEnough fail, as its error details say: each
+  // learner not ready or not in the plans, UNAVAILABLE, with why.
+  aggregator::v1::FailedLearners Missing() const;
+  // A configured learner's address ("" when it no longer is).
+  std::string AddressOf(const std::string& id) const;
   // Feeds a Learn's per-learner times to the straggler watch, logging (and
   // under straggler.action: shrink acting on) what it flags.
   void WatchStragglers(

@@ -500,6 +500,30 @@ TEST_CASE("A learner that crashes mid-call is reported by name") {
   CHECK(crashed->exit_code == 70);
 }
 
+// Issue 27: which learners failed a call was only in the message text;
+// aggregatorctl reads them from the error details and prints one line each.
+TEST_CASE("aggregatorctl prints each failed learner after the error line") {
+  const std::string dir = TempDir();
+  LearnerProcess a = StartLearnerProcess();
+  LearnerProcess b = StartLearnerProcess({"--fail-on", "StartTask"});
+  std::string address;
+  auto daemon = StartDaemon(TwoLearnerConfig(dir, a, b), &address);
+  auto start = Spawn({kCtl, "--target", address, "--timeout", "5", "start"});
+  const std::string err = ReadAll(*start, true);
+  auto exit = start->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(exit.ok());
+  INFO(err);
+  CHECK(exit->exit_code == 1);
+  // The error line as before, then the learner.
+  CHECK(err ==
+        "aggregatorctl: StartTask failed: INTERNAL: StartTask failed on 1 of 2 "
+        "learner(s): learner1 (" +
+            b.address +
+            "): INTERNAL: injected failure in StartTask\n"
+            "failed learner learner1 (" +
+            b.address + "): INTERNAL: injected failure in StartTask\n");
+}
+
 // Issue 10, item 8: with a low soft limit, 500 half-open connections could
 // lock new clients out. The daemon raises its soft limit to the hard one.
 TEST_CASE("The open-files limit is raised to the hard limit, and logged") {

@@ -1,8 +1,10 @@
 """log.format: json on a live aggregatord: every line it writes on stderr is one
 JSON object with ts, level and msg, a worker's output line carries the worker's
-name and replica, and text stays the default."""
+name and replica, a learner failing a call gives a line with its learner, address
+and code fields, and text stays the default."""
 
 import json
+import subprocess
 import sys
 import unittest
 
@@ -46,6 +48,45 @@ class JsonLogTest(unittest.TestCase):
         print("json lines:", len(lines), flush=True)
         for text in lines[:3] + [line]:
             print("  ", text, flush=True)
+
+    def test_a_failing_learner_has_its_fields(self):
+        # Issue 29: lines about one learner carry learner, address and code.
+        learner = subprocess.Popen(
+            ["tools/examples/example_learner", "--listen", "127.0.0.1:0",
+             "--fail-on", "StartTask"], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(learner.wait, testutil.LONG_WAIT)
+        self.addCleanup(learner.kill)
+        address = learner.stdout.readline().split()[-1]  # "... listening on ADDR"
+        daemon = testutil.Daemon(f"""
+listen: "127.0.0.1:0"
+admin: {{listen: ""}}
+metrics: {{listen: ""}}
+learners:
+  - {{id: flaky, address: "{address}"}}
+min_learners: 1
+log:
+  format: json
+""")
+        try:
+            ready = daemon.wait_for_line("ready after")  # the pool's state change
+            daemon.wait_for_line("serving: 1 of 1")
+            ctl = subprocess.run(["tools/cli/aggregatorctl", "--target", daemon.address,
+                                  "--timeout", str(testutil.LONG_WAIT), "start"],
+                                 capture_output=True, text=True,
+                                 timeout=testutil.LONG_WAIT)
+            self.assertEqual(ctl.returncode, 1, ctl.stderr)
+            line = daemon.wait_for_line("StartTask failed on 1 of 1")
+        finally:
+            self.assertEqual(daemon.stop(), 0)
+        record = json.loads(line)
+        self.assertEqual(record["level"], "warning")
+        self.assertEqual((record.get("learner"), record.get("address"), record.get("code")),
+                         ("flaky", address, "INTERNAL"), line)
+        state = json.loads(ready)
+        self.assertEqual((state.get("learner"), state.get("address")), ("flaky", address),
+                         ready)
+        print("failure line:", line, flush=True)
+        print("state line:", ready, flush=True)
 
     def test_text_is_the_default(self):
         daemon = testutil.Daemon(CONFIG.format(format="text").replace("log:\n  format: text\n", ""))

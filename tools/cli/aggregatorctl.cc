@@ -15,6 +15,8 @@
 //     health [--service NAME] [--live]  exit 0 when SERVING (--live: when it
 //                                    answers at all), 1 otherwise (probes)
 //     reload                         re-read the configuration file
+// A failed call prints its error, then each learner an aggregator says failed
+// it: "failed learner ID (ADDRESS): CODE: message".
 // status and reload go to --admin (the daemon's admin.listen; default:
 // --target's host at 22274, the default admin.listen), the others to
 // --target (its listen). With any --tls-* both are called over TLS.
@@ -36,6 +38,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "lib/learners/failed_learners.h"
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 #include "tests/testing/synthetic_batch.h"
@@ -83,12 +86,22 @@ std::string Json(const google::protobuf::Message& message) {
   return out;
 }
 
+std::string CodeName(int code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+// The error line, then one line per learner the error details say failed
+// (an aggregator attaches them: proto/learner.proto, FailedLearners).
 int Fail(const char* what, const grpc::Status& status) {
   std::fprintf(stderr, "aggregatorctl: %s failed: %s: %s\n", what,
-               absl::StatusCodeToString(
-                   static_cast<absl::StatusCode>(status.error_code()))
-                   .c_str(),
+               CodeName(status.error_code()).c_str(),
                status.error_message().c_str());
+  const pb::FailedLearners failed = aggregator::ReadFailedLearners(status);
+  for (const pb::FailedLearner& learner : failed.learners()) {
+    std::fprintf(stderr, "failed learner %s (%s): %s: %s\n",
+                 learner.id().c_str(), learner.address().c_str(),
+                 CodeName(learner.code()).c_str(), learner.message().c_str());
+  }
   return 1;
 }
 

@@ -4,7 +4,8 @@
     AggregatorClient          call an aggregator (or any learner) from a coordinator
     Sample, encode_arrays, decode_arrays   samples and numpy arrays in their bytes
     LearnerAggregatorError                 the root of the SDK's errors; beneath it
-      LearnerError, AggregatorError        errors on the two sides
+      LearnerError, AggregatorError        errors on the two sides (AggregatorError's
+                                           failed_learners: FailedLearner each)
     Learner                                the Protocol LearnerServer serves
     DataDemand, LearnResult, Membership, Resource, TaskReply   the replies' shapes
     learner_aggregator.worker              run_worker(): a supervised worker process
@@ -17,14 +18,15 @@ tools/python/run.
 __version__ = "0.1.0"
 
 from learner_aggregator.client import AggregatorClient
-from learner_aggregator.errors import AggregatorError, LearnerAggregatorError, LearnerError
+from learner_aggregator.errors import (AggregatorError, FailedLearner, LearnerAggregatorError,
+                                      LearnerError)
 from learner_aggregator.learner import (DataDemand, Learner, LearnResult, Membership,
                                         Resource, TaskReply)
 from learner_aggregator.samples import Sample, decode_arrays, encode_arrays
 from learner_aggregator.server import LearnerServer, serve
 
 __all__ = [
-    "__version__", "AggregatorClient", "AggregatorError", "DataDemand", "Learner",
+    "__version__", "AggregatorClient", "AggregatorError", "DataDemand", "FailedLearner", "Learner",
     "LearnerAggregatorError", "LearnerError", "LearnerServer", "LearnResult", "Membership",
     "Resource", "Sample", "TaskReply", "decode_arrays", "encode_arrays", "serve",
 ]

@@ -11,7 +11,7 @@ from google.protobuf.message import Message
 
 from learner_aggregator._proto import (
     admin_pb2, admin_pb2_grpc, health_pb2, health_pb2_grpc, learner_pb2, learner_pb2_grpc)
-from learner_aggregator.errors import AggregatorError
+from learner_aggregator.errors import AggregatorError, failed_learners_from
 from learner_aggregator.learner import DataDemand, LearnResult, Resource, TaskReply
 from learner_aggregator.samples import Sample
 from learner_aggregator.structs import (fill_struct, from_list, from_struct, from_value,
@@ -60,6 +60,13 @@ def _converter(field: FieldDescriptor) -> _Converter:
         "google.protobuf.Duration": lambda d: d.seconds + d.nanos / 1e9,
     }
     return by_type.get(field.message_type.full_name, message_to_dict)
+
+
+def _error(method: str, e: Any) -> AggregatorError:
+    """AggregatorError from a failed call (a grpc.RpcError that is a grpc.Call), with
+    the failed learners its trailing metadata carries."""
+    return AggregatorError(method, e.code(), e.details() or "",
+                           failed_learners_from(e.trailing_metadata()))
 
 
 class AggregatorClient:
@@ -134,7 +141,7 @@ class AggregatorClient:
         try:
             return message_to_dict(rpc(request, timeout=self.timeout))
         except grpc.RpcError as e:
-            raise AggregatorError(name, e.code(), e.details() or "") from None
+            raise _error(name, e) from None
 
     def resource(self) -> Resource:
         """{"gpus", "learners"}: summed over the aggregator's ready learners;
@@ -176,7 +183,7 @@ class AggregatorClient:
                 aggregator = any(key == "x-aggregator-id"
                                  for key, _ in (e.initial_metadata() or ()))
                 if e.code() != grpc.StatusCode.UNIMPLEMENTED or aggregator:
-                    raise AggregatorError("LearnStream", e.code(), e.details() or "") from None
+                    raise _error("LearnStream", e) from None
         return cast(LearnResult, self._call("Learn", self._learner.Learn, request))
 
     def _stream_messages(self, protos: List[learner_pb2.Sample],
