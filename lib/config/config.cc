@@ -20,6 +20,18 @@ const char* OnLearnerFailureName(OnLearnerFailure policy) {
   return policy == OnLearnerFailure::kShrink ? "shrink" : "fail";
 }
 
+std::string LateAfterName(const StragglerConfig::LateAfter& late_after) {
+  switch (late_after.mode) {
+    case StragglerConfig::LateAfter::Mode::kAuto:
+      return "auto";
+    case StragglerConfig::LateAfter::Mode::kOff:
+      return "off";
+    case StragglerConfig::LateAfter::Mode::kFixed:
+      break;
+  }
+  return absl::StrCat(late_after.fixed.count(), "ms");
+}
+
 const char* LearnerSourceKind(const LearnerSourceConfig& source) {
   return std::holds_alternative<DnsSourceConfig>(source) ? "dns"
                                                          : "orchestrator";

@@ -299,12 +299,34 @@ struct StragglerConfig {
   // plans (as a failure would under shrink) until it is fast again.
   enum class Action { kNone, kShrink };
   Action action = Action::kNone;
+  // straggler.late_after: in a fan-out, how long after all the other learners
+  // of the call answered a learner still silent is late
+  // (lib/service/late_watch.h).
+  struct LateAfter {
+    enum class Mode {
+      kAuto,   // from the learners' recent answers (late_watch.h)
+      kFixed,  // `fixed`
+      kOff,    // never late: call_timeout and keepalive alone
+    };
+    Mode mode = Mode::kAuto;
+    std::chrono::milliseconds fixed{0};
+
+    bool operator==(const LateAfter& other) const {
+      return mode == other.mode &&
+             (mode != Mode::kFixed || fixed == other.fixed);
+    }
+    bool operator!=(const LateAfter& other) const { return !(*this == other); }
+  };
+  LateAfter late_after;
 
   bool operator==(const StragglerConfig& other) const {
     return factor == other.factor && window == other.window &&
-           action == other.action;
+           action == other.action && late_after == other.late_after;
   }
 };
+
+// "auto", "off", or the duration ("300ms").
+std::string LateAfterName(const StragglerConfig::LateAfter& late_after);
 
 // How the Learner service relays calls (lib/service/learner_service.h).
 struct ServiceConfig {

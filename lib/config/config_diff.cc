@@ -175,7 +175,16 @@ absl::StatusOr<std::string> DescribeReload(const AggregatorConfig& running,
     changes.push_back(absl::StrCat("on_learner_failure ",
                                    OnLearnerFailureName(on_learner_failure)));
   }
-  if (!(running.service.straggler == straggler)) changes.push_back("straggler");
+  if (running.service.straggler.late_after != straggler.late_after) {
+    changes.push_back(
+        absl::StrCat("straggler.late_after ",
+                     LateAfterName(running.service.straggler.late_after),
+                     " -> ", LateAfterName(straggler.late_after)));
+  }
+  // The rest of the section.
+  StragglerConfig straggler_but_late = running.service.straggler;
+  straggler_but_late.late_after = straggler.late_after;
+  if (!(straggler_but_late == straggler)) changes.push_back("straggler");
   if (running.service.merge.homogeneous_keys != merge.homogeneous_keys) {
     changes.push_back("merge.homogeneous_keys");
   }

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -229,39 +230,68 @@ class Parser {
     }
   }
 
-  // straggler: {factor, window, action}.
+  // straggler: {factor, window, action, late_after}.
   void ReadStraggler(const Field& field, StragglerConfig* straggler) {
     YamlReader* r = &reader_;
-    r->ReadMap(field,
-               {
-                   {"factor",
-                    [&](const Field& f) {
-                      double factor = 0;
-                      if (!f.node.IsScalar() ||
-                          !absl::SimpleAtod(f.node.Scalar(), &factor) ||
-                          !(factor > 1) || factor > 1000) {
-                        r->Error(
-                            f, absl::StrCat("expected a number above 1 (and at "
-                                            "most 1000), got ",
-                                            Describe(f.node)));
-                        return;
-                      }
-                      straggler->factor = factor;
-                    }},
-                   {"window",
-                    [&](const Field& f) {
-                      ReadInt(r, f, 1, 10000, &straggler->window);
-                    }},
-                   {"action",
-                    [&](const Field& f) {
-                      std::string action;
-                      ReadOneOf(r, f, kStragglerActions, &action);
-                      if (action == "shrink") {
-                        straggler->action = StragglerConfig::Action::kShrink;
-                        written_.straggler_shrink = f;
-                      }
-                    }},
-               });
+    r->ReadMap(
+        field,
+        {
+            {"factor",
+             [&](const Field& f) {
+               double factor = 0;
+               if (!f.node.IsScalar() ||
+                   !absl::SimpleAtod(f.node.Scalar(), &factor) ||
+                   !(factor > 1) || factor > 1000) {
+                 r->Error(f, absl::StrCat("expected a number above 1 (and at "
+                                          "most 1000), got ",
+                                          Describe(f.node)));
+                 return;
+               }
+               straggler->factor = factor;
+             }},
+            {"window",
+             [&](const Field& f) {
+               ReadInt(r, f, 1, 10000, &straggler->window);
+             }},
+            {"action",
+             [&](const Field& f) {
+               std::string action;
+               ReadOneOf(r, f, kStragglerActions, &action);
+               if (action == "shrink") {
+                 straggler->action = StragglerConfig::Action::kShrink;
+                 written_.straggler_shrink = f;
+               }
+             }},
+            {"late_after",
+             [&](const Field& f) { ReadLateAfter(f, &straggler->late_after); }},
+        });
+  }
+
+  // straggler.late_after: auto, off, or a duration.
+  void ReadLateAfter(const Field& f, StragglerConfig::LateAfter* late_after) {
+    using Mode = StragglerConfig::LateAfter::Mode;
+    if (f.node.IsScalar() && f.node.Scalar() == "auto") {
+      late_after->mode = Mode::kAuto;
+      return;
+    }
+    if (f.node.IsScalar() && f.node.Scalar() == "off") {
+      late_after->mode = Mode::kOff;
+      return;
+    }
+    const std::string text = f.node.IsScalar() ? f.node.Scalar() : "";
+    if (f.node.IsScalar() &&
+        (text.empty() || (!absl::ascii_isdigit(text[0]) && text[0] != '.' &&
+                          text[0] != '-' && text[0] != '+'))) {
+      // A word, not a number: the duration reader would only say "duration".
+      reader_.Error(f, absl::StrCat("expected auto, off or a duration with a "
+                                    "unit, e.g. \"500ms\", got ",
+                                    Describe(f.node)));
+      return;
+    }
+    std::chrono::milliseconds fixed{0};
+    if (!ReadDuration(&reader_, f, &fixed)) return;
+    late_after->mode = Mode::kFixed;
+    late_after->fixed = fixed;
   }
 
   YamlReader reader_;

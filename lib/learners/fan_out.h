@@ -60,25 +60,40 @@ inline std::unique_ptr<grpc::ClientContext> NewLearnerContext(
   return context;
 }
 
+// Told when every call of a fan-out of two or more learners has answered but
+// one: `silent` is that one's index; `cancel` cancels its call (its status
+// becomes CANCELLED), and may be called from any thread until `done` has
+// returned, or later if `done` left the silent call's context in place.
+using OneLeft =
+    std::function<void(size_t silent, std::function<void()> cancel)>;
+
 // Calls every learner. `requests` holds one request for all learners or one per
 // learner (in the same order). `done` runs once, on a gRPC thread, with every
-// call's outcome; it may consume the calls.
+// call's outcome; it may consume the calls. `one_left` (optional) runs on a
+// gRPC thread before `done`, if a call is still out when all the others have
+// answered.
 template <typename Request, typename Reply>
 void FanOut(grpc::CallbackServerContext* parent,
             std::chrono::milliseconds timeout, const std::string& call_path,
             std::vector<LearnerHandle> learners, std::vector<Request> requests,
             StartCall<Request, Reply> start,
-            std::function<void(LearnerCalls<Request, Reply>&)> done) {
+            std::function<void(LearnerCalls<Request, Reply>&)> done,
+            OneLeft one_left = nullptr) {
   struct State {
     LearnerCalls<Request, Reply> calls;
     std::vector<Request> requests;
     std::function<void(LearnerCalls<Request, Reply>&)> done;
+    OneLeft one_left;
+    std::unique_ptr<std::atomic<bool>[]> answered;
     std::atomic<size_t> remaining{0};
   };
   auto state = std::make_shared<State>();
   state->requests = std::move(requests);
   state->done = std::move(done);
+  state->one_left = std::move(one_left);
   state->calls.resize(learners.size());
+  state->answered.reset(new std::atomic<bool>[learners.size()]);
+  for (size_t i = 0; i < learners.size(); ++i) state->answered[i] = false;
   state->remaining = learners.size();
   if (learners.empty()) {
     state->done(state->calls);
@@ -97,10 +112,22 @@ void FanOut(grpc::CallbackServerContext* parent,
         &state->requests[state->requests.size() == 1 ? 0 : i];
     call.started = std::chrono::steady_clock::now();
     start(call.learner, call.context.get(), request, &call.reply,
-          [state, &call](grpc::Status status) {
+          [state, &call, i](grpc::Status status) {
             call.finished = std::chrono::steady_clock::now();
             call.status = std::move(status);
-            if (state->remaining.fetch_sub(1) == 1) state->done(state->calls);
+            state->answered[i] = true;
+            const size_t before = state->remaining.fetch_sub(1);
+            if (before == 1) {
+              state->done(state->calls);
+            } else if (before == 2 && state->one_left) {
+              // The last may be answering now too: then it is not silent.
+              for (size_t j = 0; j < state->calls.size(); ++j) {
+                if (state->answered[j]) continue;
+                state->one_left(
+                    j, [state, j] { state->calls[j].context->TryCancel(); });
+                break;
+              }
+            }
           });
   }
 }

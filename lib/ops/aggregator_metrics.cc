@@ -106,6 +106,15 @@ AggregatorMetrics::AggregatorMetrics()
                             "(straggler.factor x the others' median for "
                             "straggler.window steps).")
                       .Register(*registry_)),
+      late_(prometheus::BuildGauge()
+                .Name("aggregator_learner_late")
+                .Help("1 while a learner is late: silent straggler.late_after "
+                      "after the other learners of a call answered.")
+                .Register(*registry_)),
+      late_total_(prometheus::BuildCounter()
+                      .Name("aggregator_learner_late_total")
+                      .Help("Times a learner was found late.")
+                      .Register(*registry_)),
       membership_generation_(
           prometheus::BuildGauge()
               .Name("aggregator_membership_generation")
@@ -277,6 +286,13 @@ void AggregatorMetrics::SetInflight(double bytes, double max_bytes) {
 
 void AggregatorMetrics::SetStraggler(const std::string& learner, bool flagged) {
   stragglers_.Add({{"learner", learner}}).Set(flagged ? 1 : 0);
+}
+
+void AggregatorMetrics::SetLate(const std::string& learner, bool late,
+                                bool found) {
+  late_.Add({{"learner", learner}}).Set(late ? 1 : 0);
+  prometheus::Counter& total = late_total_.Add({{"learner", learner}});
+  if (found) total.Increment();
 }
 
 void AggregatorMetrics::SetStreamBuffered(double now, double peak) {

@@ -19,6 +19,10 @@
 //                                              the start or the last good
 //                                              reload
 //   aggregator_learner_straggler{learner}      1 while it holds steps back
+//   aggregator_learner_late{learner}           1 while it is late (silent
+//                                              straggler.late_after after the
+//                                              others of a call answered)
+//   aggregator_learner_late_total{learner}     times it was found late
 //   aggregator_membership_generation           changes of the plans' learners
 //   aggregator_learn_stream_buffered_bytes{at} LearnStream bytes held: now |
 //                                              peak
@@ -104,6 +108,9 @@ class AggregatorMetrics {
   // Learn bytes in flight and max_inflight_bytes.
   void SetInflight(double bytes, double max_bytes);
   void SetStraggler(const std::string& learner, bool flagged);
+  // 1 while `learner` is late, else 0; `found` counts one more time it was
+  // found late. Both series exist from the first call for a learner.
+  void SetLate(const std::string& learner, bool late, bool found = false);
   // The membership generation (lib/service/membership.h).
   void SetMembershipGeneration(double generation);
   // The figures of the learner sources there are (counters move by what
@@ -134,6 +141,8 @@ class AggregatorMetrics {
   prometheus::Family<prometheus::Counter>& worker_restarts_;
   prometheus::Family<prometheus::Counter>& reloads_;
   prometheus::Family<prometheus::Gauge>& stragglers_;
+  prometheus::Family<prometheus::Gauge>& late_;
+  prometheus::Family<prometheus::Counter>& late_total_;
   prometheus::Family<prometheus::Gauge>& membership_generation_;
   prometheus::Family<prometheus::Counter>& source_refreshes_;
   prometheus::Family<prometheus::Counter>& source_errors_;

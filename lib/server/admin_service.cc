@@ -80,6 +80,7 @@ void ToProto(const ServerStatus& status, pb::AggregatorStatus* out) {
     entry->set_learn_ewma_ms(standing.learn_ewma_ms);
     entry->set_learn_p50_ms(standing.learn_p50_ms);
     entry->set_learn_p99_ms(standing.learn_p99_ms);
+    entry->set_late_ms(standing.late_ms);
   }
   for (const WorkerSnapshot& worker : status.workers) {
     pb::WorkerStatus* entry = out->add_workers();

@@ -30,6 +30,7 @@ struct LearnerPlanStatus {
   double learn_ewma_ms = 0;
   double learn_p50_ms = 0;
   double learn_p99_ms = 0;
+  int64_t late_ms = 0;  // 0: not late (straggler.late_after)
 };
 
 struct ServerStatus {

@@ -445,6 +445,10 @@ ServerStatus AggregatorServer::Status() const {
     status.plans[id].learn_p50_ms = times.p50_seconds * 1000;
     status.plans[id].learn_p99_ms = times.p99_seconds * 1000;
   }
+  for (const auto& [id, ms] : learner_service_->LateMs()) {
+    // At least 1: 0 means not late.
+    status.plans[id].late_ms = std::max<int64_t>(ms, 1);
+  }
   status.workers = workers_->Status();
   status.sources = discovery_->Status();
   status.config_path = config().source;
@@ -491,6 +495,10 @@ void AggregatorServer::CollectMetrics() {
   for (const auto& [id, times] : learner_service_->LearnTimes()) {
     metrics_.SetStraggler(id, times.flagged);
   }
+  // Likewise each learner of the pool for late answers.
+  std::vector<std::string> ids;
+  for (const auto& [id, is_ready] : ready) ids.push_back(id);
+  learner_service_->CollectLate(ids);
   metrics_.SetStandings(by_standing);
   metrics_.SetMinLearners(min_learners_.load());
   metrics_.SetInflight(

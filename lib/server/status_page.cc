@@ -127,7 +127,11 @@ std::string RenderStatusPage(const ServerStatus& status,
         Cell(absl::StrCat(learner.calls), "num"),
         Cell(absl::StrCat(learner.failures), "num"),
         Cell(Ms(plan.learn_p50_ms), "num"), Cell(Ms(plan.learn_p99_ms), "num"),
-        plan.straggler ? Cell("yes", "yes") : Cell("no"),
+        plan.late_ms > 0 ? Cell(absl::StrCat(plan.straggler ? "yes, " : "",
+                                             "late ", plan.late_ms, " ms"),
+                                "yes")
+        : plan.straggler ? Cell("yes", "yes")
+                         : Cell("no"),
         Cell(learner.last_error, "error"), "</tr>\n");
   }
   absl::StrAppend(&html, "</table>\n");

@@ -87,7 +87,8 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
       aggregator_id_(std::move(options.aggregator_id)),
       max_reply_bytes_(options.max_reply_bytes),
       stream_window_bytes_(options.stream_window_bytes),
-      memory_(ProcessMemoryLimit()) {
+      memory_(ProcessMemoryLimit()),
+      late_(options.clock, options.metrics) {
   SetConfig(config);
 }
 
@@ -341,22 +342,70 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
 }
 
 template <typename Request, typename Reply>
+void LearnerService::WatchedFanOut(
+    const char* method, grpc::CallbackServerContext* context,
+    const Settings& settings, const std::string& call_path,
+    std::vector<LearnerHandle> learners, std::vector<Request> requests,
+    StartCall<Request, Reply> start, bool over_others,
+    std::function<void(LearnerCalls<Request, Reply>&)> done) {
+  auto watch = late_.Begin(method, settings.config.straggler.late_after,
+                           membership_.policy(), learners);
+  OneLeft hook = late_.Hook(watch);
+  const size_t needed =
+      static_cast<size_t>(std::max(1, settings.config.min_learners));
+  FanOut<Request, Reply>(
+      context, settings.config.call_timeout, call_path, std::move(learners),
+      std::move(requests), start,
+      [this, watch, method, over_others, needed,
+       done = std::move(done)](LearnerCalls<Request, Reply>& calls) {
+        std::vector<LateAnswers::Answer> answers;
+        for (const auto& call : calls) {
+          answers.push_back({call.status.ok(), call.finished - call.started});
+        }
+        const std::optional<LateAnswers::Late> late =
+            late_.End(*watch, answers);
+        if (!late) {
+          done(calls);
+          return;
+        }
+        auto& silent = calls[late->index];
+        silent.status =
+            grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, late->why);
+        if (!over_others || membership_.policy() != OnLearnerFailure::kShrink ||
+            calls.size() - 1 < needed) {
+          done(calls);
+          return;
+        }
+        // The others' answers stand; the late learner's context stays where
+        // it is (the late timer may still be cancelling it).
+        Record(method, silent);
+        MarkFailed(silent.learner, absl::StrCat(method, " ", late->why));
+        LearnerCalls<Request, Reply> others;
+        for (size_t i = 0; i < calls.size(); ++i) {
+          if (i != late->index) others.push_back(std::move(calls[i]));
+        }
+        done(others);
+      },
+      std::move(hook));
+}
+
+template <typename Request, typename Reply>
 void LearnerService::RelayTo(
     const Call& call, std::vector<LearnerHandle> learners,
     const Request& request, StartCall<Request, Reply> start,
     std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
-  FanOut<Request, Reply>(call.context, call.settings->config.call_timeout,
-                         call.path, std::move(learners), {request}, start,
-                         [this, call, merge = std::move(merge)](auto& calls) {
-                           grpc::Status status = Summarize(call.method, calls);
-                           if (status.ok()) status = merge(calls);
-                           if (call.timed) {
-                             AddTiming(call.context, call.started, calls,
-                                       std::chrono::steady_clock::now());
-                           }
-                           Finish(call.reactor, call.method, call.started,
-                                  status);
-                         });
+  WatchedFanOut<Request, Reply>(
+      call.method, call.context, *call.settings, call.path, std::move(learners),
+      {request}, start, /*over_others=*/true,
+      [this, call, merge = std::move(merge)](auto& calls) {
+        grpc::Status status = Summarize(call.method, calls);
+        if (status.ok()) status = merge(calls);
+        if (call.timed) {
+          AddTiming(call.context, call.started, calls,
+                    std::chrono::steady_clock::now());
+        }
+        Finish(call.reactor, call.method, call.started, status);
+      });
 }
 
 void LearnerService::WatchStragglers(
@@ -514,7 +563,7 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
            ToGrpcWithFailedLearners(enough));
     return;
   }
-  const uint64_t generation = view.generation;
+  uint64_t generation = view.generation;
   auto membership = std::make_shared<pb::Membership>(Membership::ToProto(view));
   RelayTo<pb::GetDataRequest, pb::DataDemand>(
       call, std::move(view.members), request,
@@ -523,7 +572,27 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
          std::function<void(grpc::Status)> f) {
         l.stub->async()->GetData(c, r, p, std::move(f));
       },
-      [this, reply, generation, membership](auto& calls) {
+      [this, reply, generation, membership](auto& calls) mutable {
+        if (calls.size() != static_cast<size_t>(membership->members_size())) {
+          // A late learner left (on_learner_failure: shrink): the plan is over
+          // the others, a member set of its own generation.
+          Membership::View now = membership_.Select(pool_->Ready());
+          std::vector<std::string> planned;
+          std::vector<std::string> members;
+          for (const auto& call : calls) planned.push_back(call.learner.id);
+          for (const auto& member : now.members) members.push_back(member.id);
+          if (planned != members) {
+            return grpc::Status(
+                grpc::StatusCode::UNAVAILABLE,
+                absl::StrCat("GetData: the learners in the plans changed while "
+                             "it ran (now ",
+                             absl::StrJoin(members, ", "), "; answered ",
+                             absl::StrJoin(planned, ", "),
+                             "); call GetData again"));
+          }
+          generation = now.generation;
+          *membership = Membership::ToProto(now);
+        }
         std::vector<PlanSlice> slices;
         const auto& first = calls.front();
         int64_t learners = 0;  // the plan stands for
@@ -645,8 +714,9 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
   // The claim lives until the learners have answered: consumed if they all
   // trained (even if their answers cannot be merged), given back otherwise.
   auto held = std::make_shared<PlanClaim>(*std::move(claim));
-  FanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
-      context, settings->config.call_timeout, call_path, *std::move(learners),
+  // A late learner fails the step: its slice was not trained.
+  WatchedFanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
+      "Learn", context, *settings, call_path, *std::move(learners),
       std::move(requests),
       [](const LearnerHandle& l, grpc::ClientContext* c,
          const grpc::ByteBuffer* r, grpc::ByteBuffer* p,
@@ -654,6 +724,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
         l.generic->UnaryCall(c, kLearnMethod, grpc::StubOptions(), r, p,
                              std::move(f));
       },
+      /*over_others=*/false,
       [this, context, reactor, reply, settings, started, held,
        timed = TimingWanted(*context),
        lease = std::shared_ptr<InflightBudget::Lease>(*std::move(lease)),

@@ -37,6 +37,7 @@
 #include "lib/aggregation/info_merger.h"
 #include "lib/aggregation/raw_info_merger.h"
 #include "lib/aggregation/split_planner.h"
+#include "lib/base/clock.h"
 #include "lib/base/memory_limit.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
@@ -44,6 +45,7 @@
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/service/inflight_budget.h"
+#include "lib/service/late_answers.h"
 #include "lib/service/membership.h"
 #include "lib/service/straggler_watch.h"
 #include "proto/learner.grpc.pb.h"
@@ -63,6 +65,9 @@ struct LearnerServiceOptions {
   // have more than this queued, so a slow one holds the caller back instead
   // of filling the aggregator's memory.
   size_t stream_window_bytes = 8 << 20;
+  // What late answers are timed by (straggler.late_after); null: the steady
+  // clock. Must outlive the service.
+  Clock* clock = nullptr;
 };
 
 // Learn and LearnStream are relayed as raw bytes (lib/aggregation/raw_batch.h):
@@ -94,6 +99,12 @@ class LearnerService final
     return stragglers_.Learners();
   }
   uint64_t membership_generation() const { return membership_.generation(); }
+  // The learners late now (straggler.late_after), and for how long (ms).
+  std::map<std::string, int64_t> LateMs() const { return late_.LateMs(); }
+  // Sets the late metrics of `learners` (0 unless late), before a scrape.
+  void CollectLate(const std::vector<std::string>& learners) const {
+    late_.Collect(learners);
+  }
 
   // Bytes of LearnStream batches received and not yet passed to a learner's
   // connection, now and at most since the start.
@@ -181,6 +192,18 @@ class LearnerService final
                    const aggregator::v1::GetDataRequest& request,
                    aggregator::v1::DataDemand* reply);
 
+  // FanOut watched for a late learner (lib/service/late_answers.h): the
+  // late learner's call ends with DEADLINE_EXCEEDED naming it late. With
+  // `over_others` under on_learner_failure: shrink, it leaves the plans and
+  // `done` gets only the others' calls (while they are min_learners).
+  template <typename Request, typename Reply>
+  void WatchedFanOut(const char* method, grpc::CallbackServerContext* context,
+                     const Settings& settings, const std::string& call_path,
+                     std::vector<LearnerHandle> learners,
+                     std::vector<Request> requests,
+                     StartCall<Request, Reply> start, bool over_others,
+                     std::function<void(LearnerCalls<Request, Reply>&)> done);
+
   // Fans `request` out to the ready learners; when all succeeded, `merge` fills
   // the reply and its status finishes the call.
   template <typename Request, typename Reply>
@@ -250,6 +273,7 @@ class LearnerService final
   Membership membership_;
   StragglerWatch stragglers_;
   const MemoryLimit memory_;          // what "auto" is a quarter of
+  LateAnswers late_;                  // straggler.late_after
   InflightBudget inflight_;           // the Learn batches in flight
   std::atomic<int64_t> buffered_{0};  // StreamBuffered()
   std::atomic<int64_t> buffered_peak_{0};

@@ -150,3 +150,20 @@ TEST_CASE("log.format changes on reload") {
   REQUIRE(summary.ok());
   CHECK(*summary == "log.format text -> json");
 }
+
+TEST_CASE("straggler.late_after changes on reload, named with both values") {
+  AggregatorConfig next = Base();
+  next.service.straggler.late_after = {
+      aggregator::StragglerConfig::LateAfter::Mode::kFixed,
+      std::chrono::milliseconds(300)};
+  auto summary = DescribeReload(Base(), next);
+  REQUIRE(summary.ok());
+  CHECK(*summary == "straggler.late_after auto -> 300ms");
+  AggregatorConfig off = Base();
+  off.service.straggler.late_after.mode =
+      aggregator::StragglerConfig::LateAfter::Mode::kOff;
+  off.service.straggler.window = 7;
+  summary = DescribeReload(next, off);
+  REQUIRE(summary.ok());
+  CHECK(*summary == "straggler.late_after 300ms -> off; straggler");
+}

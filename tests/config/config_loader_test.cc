@@ -1317,6 +1317,32 @@ TEST_CASE("on_learner_failure and straggler are read and checked") {
         "as a failure would, which needs on_learner_failure: shrink");
 }
 
+TEST_CASE("straggler.late_after is auto, off or a duration") {
+  using Mode = StragglerConfig::LateAfter::Mode;
+  CHECK(Parse("").service.straggler.late_after.mode == Mode::kAuto);
+  CHECK(Parse("straggler: {late_after: auto}\n")
+            .service.straggler.late_after.mode == Mode::kAuto);
+  CHECK(Parse("straggler: {late_after: off}\n")
+            .service.straggler.late_after.mode == Mode::kOff);
+  const StragglerConfig::LateAfter fixed =
+      Parse("straggler:\n  late_after: 400ms\n").service.straggler.late_after;
+  CHECK(fixed.mode == Mode::kFixed);
+  CHECK(fixed.fixed == milliseconds(400));
+  CHECK(Error("straggler:\n  late_after: sometimes\n") ==
+        "test.yaml:2:15: straggler.late_after: expected auto, off or a "
+        "duration with a unit, e.g. \"500ms\", got \"sometimes\"");
+  CHECK(Error("straggler:\n  late_after: 300\n") ==
+        "test.yaml:2:15: straggler.late_after: \"300\" has no unit; durations "
+        "need one, e.g. \"300s\" or \"300ms\"");
+  CHECK(Error("straggler:\n  late_after: 0s\n") ==
+        "test.yaml:2:15: straggler.late_after: must be positive, got \"0s\"");
+  CHECK(Error("straggler:\n  late_after: -1s\n") ==
+        "test.yaml:2:15: straggler.late_after: must be positive, got \"-1s\"");
+  CHECK_THAT(Error("straggler:\n  late_after: [1s]\n"),
+             StartsWith("test.yaml:2:15: straggler.late_after: expected a "
+                        "duration"));
+}
+
 }  // namespace
 }  // namespace aggregator
 

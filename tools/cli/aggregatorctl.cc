@@ -172,7 +172,7 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
               static_cast<long long>(status.uptime().seconds()));
   // LEARN ms: the median and 99th percentile of its last 256 Learns.
   // PLANS: its standing (in, out, rejoining); FLAGS: what is noticed of it
-  // while it stays in (straggler), "-" for nothing.
+  // (straggler; late:Nms while late, straggler.late_after), "-" for nothing.
   std::printf("%-16s %-24s %-11s %8s %8s %15s %-10s %-10s  %s\n", "LEARNER",
               "ADDRESS", "STATE", "CALLS", "FAILURES", "LEARN ms p50/p99",
               "PLANS", "FLAGS", "LAST ERROR");
@@ -181,7 +181,13 @@ int Status(const std::shared_ptr<grpc::Channel>& channel,
     const std::string& standing = learner.standing();
     const size_t colon = standing.find(':');
     const std::string plans = standing.substr(0, colon);
-    const std::string flags = learner.straggler() ? "straggler" : "-";
+    std::vector<std::string> noticed;
+    if (learner.straggler()) noticed.push_back("straggler");
+    if (learner.late_ms() > 0) {
+      noticed.push_back(absl::StrCat("late:", learner.late_ms(), "ms"));
+    }
+    const std::string flags =
+        noticed.empty() ? "-" : absl::StrJoin(noticed, ",");
     std::string detail = learner.last_error();
     if (colon != std::string::npos) {
       detail =
