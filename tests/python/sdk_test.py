@@ -78,8 +78,8 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(self.client.get_data(), {
             "batch_size": 4, "cur_learner_iter": 7, "task_id": "t1", "buffer_id": "b1",
             "plan_id": "", "extra": {"note": "x", "sizes": [1.0, 2.0]},
-            # Set by an aggregator; a plain learner leaves it empty.
-            "membership": {"generation": 0, "members": []}})
+            # Set by an aggregator; a plain learner leaves them empty.
+            "membership": {"generation": 0, "members": []}, "learners": 0})
 
         samples = [Sample(encode_arrays({"obs": np.full((2, 3), i, np.float32)}),
                           {"replay_unique_id": f"id-{i}"}) for i in range(4)]
