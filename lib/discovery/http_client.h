@@ -9,8 +9,8 @@
 // trickles its answer byte by byte). The host's addresses are tried in turn
 // while a connection cannot be made. At most 4 MiB of the answer's body is
 // read, and of its head 64 KiB, 200 header lines and 8 KiB a line
-// (lib/discovery/http_stream.h): RESOURCE_EXHAUSTED past that. Proxy variables of the environment are not
-// used.
+// (lib/discovery/http_stream.h): RESOURCE_EXHAUSTED past that. Proxy variables
+// of the environment are not used.
 //
 // Thread-safety: calls are independent; any thread.
 #ifndef LIB_DISCOVERY_HTTP_CLIENT_H_
