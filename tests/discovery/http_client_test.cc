@@ -21,6 +21,7 @@
 
 #include "lib/discovery/discovery_loop.h"
 #include "lib/discovery/orchestrator_source.h"
+#include "tests/testing/loopback_listener.h"
 #include "tests/testing/process_helpers.h"
 #include "tests/testing/tls_certificates.h"
 
@@ -55,18 +56,7 @@ class EndlessHead {
                                           Certs().Path("server.key").c_str(),
                                           SSL_FILETYPE_PEM) == 1);
     }
-    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(listener_ >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) ==
-            0);
-    REQUIRE(listen(listener_, 16) == 0);
-    socklen_t length = sizeof(addr);
-    REQUIRE(getsockname(listener_, reinterpret_cast<sockaddr*>(&addr),
-                        &length) == 0);
-    port_ = ntohs(addr.sin_port);
+    listener_ = testing::ListenOnLoopback(16, &port_);
     thread_ = std::thread([this] { Run(); });
   }
   ~EndlessHead() {
