@@ -52,6 +52,7 @@ TEST_CASE(
 
   REQUIRE(learner->Signal(SIGSTOP).ok());
   const auto stopped = Clock::now();
+  REQUIRE(StoppedWithin(learner->pid(), kLongWait));
   // A Learn sent to the stopped learner: only the pings can end it early.
   auto learn = std::async(std::launch::async, [&] {
     pb::LearnRequest batch = Batch(static_cast<int>(demand.batch_size()), "s");

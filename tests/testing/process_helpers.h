@@ -2,6 +2,7 @@
 #ifndef TESTS_TESTING_PROCESS_HELPERS_H_
 #define TESTS_TESTING_PROCESS_HELPERS_H_
 
+#include <dirent.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -64,6 +65,36 @@ inline bool ExitsWithin(pid_t pid,
                    .count()));
   close(pidfd);
   return ready == 1;
+}
+
+// Waits until every thread of `pid` is stopped (state T in /proc): kill()
+// only queues a SIGSTOP, and a thread on another CPU may still answer a call
+// meanwhile. True if all were stopped within `timeout`.
+inline bool StoppedWithin(pid_t pid, std::chrono::milliseconds timeout) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  return Eventually(
+      [&] {
+        DIR* dir = opendir(tasks.c_str());
+        if (dir == nullptr) return false;
+        bool all_stopped = true;
+        int threads = 0;
+        while (dirent* entry = readdir(dir)) {
+          if (entry->d_name[0] == '.') continue;
+          std::ifstream stat(tasks + "/" + entry->d_name + "/stat");
+          std::string line;
+          std::getline(stat, line);
+          // The state follows the command's closing parenthesis.
+          const size_t paren = line.rfind(')');
+          ++threads;
+          if (paren == std::string::npos || paren + 2 >= line.size() ||
+              line[paren + 2] != 'T') {
+            all_stopped = false;
+          }
+        }
+        closedir(dir);
+        return threads > 0 && all_stopped;
+      },
+      timeout);
 }
 
 inline std::string WriteFile(const std::string& path,
