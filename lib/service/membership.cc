@@ -18,8 +18,10 @@ const char* StandingName(LearnerStanding::State state) {
 }
 
 Membership::Membership(std::chrono::milliseconds first_retry,
-                       std::chrono::milliseconds max_retry)
-    : first_retry_(first_retry), max_retry_(max_retry) {}
+                       std::chrono::milliseconds max_retry, Clock* clock)
+    : first_retry_(first_retry),
+      max_retry_(max_retry),
+      clock_(ClockOrSteady(clock)) {}
 
 void Membership::SetPolicy(OnLearnerFailure policy) {
   MutexLock lock(&mu_);
@@ -46,7 +48,7 @@ Membership::View Membership::Select(const std::vector<LearnerHandle>& ready,
                                     bool claim_replays) {
   MutexLock lock(&mu_);
   View view;
-  const Clock::time_point now = Clock::now();
+  const Clock::TimePoint now = clock_.Now();
   std::set<std::string> present;
   for (const LearnerHandle& learner : ready) {
     present.insert(learner.id);
@@ -105,7 +107,7 @@ void Membership::Failed(const LearnerHandle& learner, const std::string& why) {
   entry.retry_delay = entry.retry_delay.count() == 0
                           ? first_retry_
                           : std::min(max_retry_, entry.retry_delay * 2);
-  entry.retry_at = Clock::now() + entry.retry_delay;
+  entry.retry_at = clock_.Now() + entry.retry_delay;
 }
 
 void Membership::Rejoined(const LearnerHandle& learner) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "lib/base/clock.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
 #include "lib/learners/learner_pool.h"
@@ -45,8 +46,6 @@ const char* StandingName(LearnerStanding::State state);
 
 class Membership {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // The members among the ready learners, and those to replay the task to
   // before they join.
   struct View {
@@ -61,10 +60,12 @@ class Membership {
   };
 
   // The delay before a learner that failed while staying connected is tried
-  // again (doubling to `max_retry` while it keeps failing).
+  // again (doubling to `max_retry` while it keeps failing), on `clock` (null:
+  // SteadyClock(); must outlive this).
   explicit Membership(
       std::chrono::milliseconds first_retry = std::chrono::milliseconds(1000),
-      std::chrono::milliseconds max_retry = std::chrono::milliseconds(30000));
+      std::chrono::milliseconds max_retry = std::chrono::milliseconds(30000),
+      Clock* clock = nullptr);
 
   void SetPolicy(OnLearnerFailure policy);
   OnLearnerFailure policy() const;
@@ -102,7 +103,7 @@ class Membership {
   struct Entry {
     uint64_t epoch = 0;  // the connection it is known at
     LearnerStanding standing;
-    Clock::time_point retry_at{};
+    Clock::TimePoint retry_at{};
     std::chrono::milliseconds retry_delay{0};
     bool has_task = false;   // replayed (or started) at this epoch
     bool replaying = false;  // a call replays the task to it now
@@ -110,6 +111,7 @@ class Membership {
 
   const std::chrono::milliseconds first_retry_;
   const std::chrono::milliseconds max_retry_;
+  Clock& clock_;
   mutable Mutex mu_;
   OnLearnerFailure policy_ ABSL_GUARDED_BY(mu_) = OnLearnerFailure::kFail;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);

@@ -3,11 +3,16 @@
 #include "lib/service/membership.h"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "lib/base/clock.h"
+
 namespace aggregator {
 namespace {
+
+using std::chrono::milliseconds;
 
 LearnerHandle Learner(const std::string& id, uint64_t epoch = 1) {
   LearnerHandle learner;
@@ -118,6 +123,137 @@ TEST_CASE(
   membership.ReplayEnded(ready[1]);  // the old one's: says nothing now
   CHECK(Ids(membership.Select(restarted, true).replaying) ==
         std::vector<std::string>{"l1"});
+}
+
+// Timing on a FakeClock: every delay is exact, and nothing waits in real time.
+
+TEST_CASE(
+    "Under shrink a failed learner is tried again first_retry after it "
+    "failed, the delay doubling up to max_retry while it keeps failing") {
+  FakeClock clock;
+  Membership membership(milliseconds(1000), milliseconds(4000), &clock);
+  membership.SetPolicy(OnLearnerFailure::kShrink);
+  const std::vector<LearnerHandle> ready = {Learner("l0"), Learner("l1")};
+  REQUIRE(Ids(membership.Select(ready).members) ==
+          std::vector<std::string>{"l0", "l1"});
+  // Each failure: out for exactly its delay, then back in the plans.
+  for (const int64_t delay_ms : {1000, 2000, 4000, 4000}) {
+    INFO("retry delay " << delay_ms << " ms");
+    membership.Failed(ready[1], "Learn: UNAVAILABLE: connection reset");
+    CHECK(Ids(membership.Select(ready).members) ==
+          std::vector<std::string>{"l0"});
+    clock.Advance(milliseconds(delay_ms - 1));
+    CHECK(Ids(membership.Select(ready).members) ==
+          std::vector<std::string>{"l0"});
+    REQUIRE(membership.Standings().count("l1") == 1);
+    CHECK(membership.Standings().at("l1").state == LearnerStanding::kOut);
+    CHECK(membership.Standings().at("l1").why ==
+          "Learn: UNAVAILABLE: connection reset");
+    clock.Advance(milliseconds(1));
+    CHECK(Ids(membership.Select(ready).members) ==
+          std::vector<std::string>{"l0", "l1"});
+    CHECK(membership.Standings().empty());
+  }
+}
+
+TEST_CASE(
+    "A learner that reconnected is back at once, its retry delay started "
+    "afresh; a failure of a call from before it reconnected is ignored") {
+  FakeClock clock;
+  Membership membership(milliseconds(1000), milliseconds(60000), &clock);
+  membership.SetPolicy(OnLearnerFailure::kShrink);
+  const std::vector<LearnerHandle> before = {Learner("l0"), Learner("l1", 1)};
+  const std::vector<LearnerHandle> after = {Learner("l0"), Learner("l1", 2)};
+  membership.Select(before);
+  membership.Failed(before[1], "Learn: connection reset");
+  clock.Advance(milliseconds(1000));
+  membership.Select(before);
+  membership.Failed(before[1], "Learn: connection reset");  // 2 s now
+  CHECK(Ids(membership.Select(before).members) ==
+        std::vector<std::string>{"l0"});
+
+  // Reconnected: in again without waiting.
+  CHECK(Ids(membership.Select(after).members) ==
+        std::vector<std::string>{"l0", "l1"});
+  // A late failure of the old connection's call says nothing of the new.
+  membership.Failed(before[1], "Learn: connection reset");
+  CHECK(Ids(membership.Select(after).members) ==
+        std::vector<std::string>{"l0", "l1"});
+  // The new connection's first failure waits first_retry, not 4 s.
+  membership.Failed(after[1], "Learn: DEADLINE_EXCEEDED");
+  clock.Advance(milliseconds(999));
+  CHECK(Ids(membership.Select(after).members) ==
+        std::vector<std::string>{"l0"});
+  clock.Advance(milliseconds(1));
+  CHECK(Ids(membership.Select(after).members) ==
+        std::vector<std::string>{"l0", "l1"});
+}
+
+TEST_CASE(
+    "While a task is open a learner that stayed connected comes back as it "
+    "was, one that reconnected rejoins through the task's replay, and the "
+    "generation moves once per change of members") {
+  FakeClock clock;
+  Membership membership(milliseconds(1000), milliseconds(1000), &clock);
+  membership.SetPolicy(OnLearnerFailure::kShrink);
+  const std::vector<LearnerHandle> ready = {Learner("l0"), Learner("l1")};
+  const uint64_t start = membership.Select(ready).generation;
+  CHECK(membership.Select(ready).generation == start);  // nothing changed
+  aggregator::v1::StartTaskRequest task;
+  (*task.mutable_task_info()->mutable_fields())["name"].set_string_value(
+      "task-7");
+  membership.TaskStarted(task, ready);
+  CHECK(membership.Select(ready).generation == start);
+
+  membership.Failed(ready[1], "Learn: DEADLINE_EXCEEDED");
+  Membership::View view = membership.Select(ready, true);
+  CHECK(Ids(view.members) == std::vector<std::string>{"l0"});
+  CHECK(view.generation == start + 1);
+  CHECK(membership.generation() == start + 1);
+  // Still connected, so it still has the task: back without a replay.
+  clock.Advance(milliseconds(1000));
+  view = membership.Select(ready, true);
+  CHECK(Ids(view.members) == std::vector<std::string>{"l0", "l1"});
+  CHECK(view.to_replay.empty());
+  CHECK(view.generation == start + 2);
+
+  // Reconnected: its task is gone. It is replayed to before it joins; the
+  // members did not change, nor did the generation.
+  const std::vector<LearnerHandle> restarted = {Learner("l0"),
+                                                Learner("l1", 2)};
+  view = membership.Select(restarted, true);
+  CHECK(Ids(view.members) == std::vector<std::string>{"l0"});
+  CHECK(Ids(view.to_replay) == std::vector<std::string>{"l1"});
+  REQUIRE(view.task.has_value());
+  CHECK(view.task->SerializeAsString() == task.SerializeAsString());
+  CHECK(view.generation == start + 3);
+  CHECK(membership.Standings().at("l1").state == LearnerStanding::kRejoining);
+
+  // A failed replay puts it out, for first_retry.
+  membership.ReplayEnded(restarted[1]);
+  membership.Failed(restarted[1], "StartTask (replay) failed: UNAVAILABLE");
+  CHECK(membership.Standings().at("l1").state == LearnerStanding::kOut);
+  clock.Advance(milliseconds(999));
+  view = membership.Select(restarted, true);
+  CHECK(view.to_replay.empty());
+  CHECK(view.replaying.empty());
+  clock.Advance(milliseconds(1));
+  view = membership.Select(restarted, true);
+  REQUIRE(Ids(view.to_replay) == std::vector<std::string>{"l1"});
+  CHECK(view.generation == start + 3);
+
+  // Replayed: a member again, one generation later.
+  membership.ReplayEnded(restarted[1]);
+  membership.Rejoined(restarted[1]);
+  view = membership.Select(restarted, true);
+  CHECK(Ids(view.members) == std::vector<std::string>{"l0", "l1"});
+  CHECK(view.generation == start + 4);
+  CHECK(membership.Standings().empty());
+  const aggregator::v1::Membership stamp = Membership::ToProto(view);
+  CHECK(stamp.generation() == start + 4);
+  CHECK(std::vector<std::string>(stamp.members().begin(),
+                                 stamp.members().end()) ==
+        std::vector<std::string>{"l0", "l1"});
 }
 
 }  // namespace
