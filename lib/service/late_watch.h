@@ -4,7 +4,10 @@
 // It keeps, per RPC and learner, the times of its last kRecent answers. With
 // late_after: auto a still-silent learner is late, after the others all
 // answered, the largest of
-//   - kFloor (250 ms),
+//   - kFloor (500 ms: the "at least 250 ms", doubled so that a
+//     first 300 ms pause of a learner among others answering in a
+//     millisecond is not taken for a hang; a hang still costs well under a
+//     second),
 //   - kOthersP99Factor (10) x the slowest recent p99 among the other learners
 //     of the call,
 //   - kOwnFactor (2) x its own slowest recent answer,
@@ -38,7 +41,7 @@ class LateWatch {
  public:
   static constexpr size_t kRecent = 256;
   static constexpr size_t kMinSamples = 10;
-  static constexpr std::chrono::milliseconds kFloor{250};
+  static constexpr std::chrono::milliseconds kFloor{500};
   static constexpr int kOthersP99Factor = 10;
   static constexpr int kOwnFactor = 2;
 
