@@ -41,11 +41,16 @@ constexpr int64_t kMessageBookkeepingBytes = 64;
 // call ends when every learner has answered and the answers are merged, or on
 // the first failure, which cancels the learner calls still running at once;
 // the caller hears back when they are over, with the plan (used if any
-// learner had samples), the budget and the records settled.
+// learner had samples), the budget and the records settled. Once the stream
+// has ended and every learner but one has answered, that one is watched for
+// being late (straggler.late_after, lib/service/late_answers.h): late, its
+// call is cancelled and the call fails at once naming it (under shrink it
+// leaves the plans, as any learner that fails a Learn).
 //
 // Lifetime: three references, each dropped once: gRPC's (OnDone), the
 // bookkeeping's (Complete, which waits for every started learner call) and
-// the deadline alarm's (its callback runs once, fired or cancelled). gRPC
+// the deadline alarm's (its callback runs once, fired or cancelled); and one
+// more while a late timer is armed (dropped with the timer's callback). gRPC
 // operations (StartRead, Finish, the senders') are never started under mu_:
 // gRPC may run a reaction within them.
 class LearnerService::LearnStreamCall final
@@ -255,6 +260,12 @@ class LearnerService::LearnStreamCall final
           SliceSender::Hooks{[this] { OnSent(); },
                              [this, i] { LearnerDone(i); }}));
     }
+    std::vector<LearnerHandle> watched;
+    for (const Calls::value_type& call : calls_)
+      watched.push_back(call.learner);
+    watch_ = service_->late_.Begin(
+        kMethod, settings_->config.straggler.late_after,
+        service_->membership_.policy(), std::move(watched));
     splitter_.emplace(counts_);
     last_share_ = senders_.empty() ? 0 : senders_.size() - 1;
     while (last_share_ > 0 && counts_[last_share_] == 0) --last_share_;
@@ -298,11 +309,73 @@ class LearnerService::LearnStreamCall final
       return;
     }
     for (SliceSender* sender : closes) sender->Close();
+    std::optional<size_t> silent;
     {
       MutexLock lock(&mu_);
       ended_ = true;
+      silent = OneLeft();
+    }
+    if (silent) WatchLate(*silent);
+    MaybeComplete();
+  }
+
+  // The one learner still silent once the stream has ended and every other
+  // learner has answered, and only the first time there is one: its late
+  // timer is armed once.
+  std::optional<size_t> OneLeft() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!ended_ || failure_.has_value() || late_armed_ || watch_ == nullptr) {
+      return std::nullopt;
+    }
+    std::optional<size_t> silent;
+    for (size_t i = 0; i < done_.size(); ++i) {
+      if (done_[i]) continue;
+      if (silent) return std::nullopt;  // two or more still out
+      silent = i;
+    }
+    if (silent) late_armed_ = true;
+    return silent;
+  }
+
+  // Arms the late timer of learner `silent` (LateAnswers::Hook). Its cancel
+  // holds a reference to this call until the timer has run or is cancelled.
+  void WatchLate(size_t silent) {
+    refs_.fetch_add(1);
+    std::shared_ptr<LearnStreamCall> held(
+        this, [](LearnStreamCall* call) { call->Unref(); });
+    service_->late_.Hook(watch_)(silent,
+                                 [held, silent] { held->OnLate(silent); });
+  }
+
+  // Learner `silent` is late: its call is cancelled, and its end fails the
+  // call naming it (LearnerDone).
+  void OnLate(size_t silent) {
+    {
+      MutexLock lock(&mu_);
+      if (failure_.has_value() || completing_ || done_[silent]) return;
+      late_index_ = silent;
+      ++cancelling_;  // Complete waits: it moves the call Cancel uses
+    }
+    senders_[silent]->Cancel();
+    {
+      MutexLock lock(&mu_);
+      --cancelling_;
     }
     MaybeComplete();
+  }
+
+  // Ends the late watch, once: its timer will not fire, and the times of the
+  // learners that answered are learned. The learner found late, if one was.
+  std::optional<LateAnswers::Late> EndWatch()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (watch_ == nullptr || std::exchange(watch_ended_, true)) {
+      return std::nullopt;
+    }
+    std::vector<LateAnswers::Answer> answers;
+    for (size_t i = 0; i < calls_.size(); ++i) {
+      answers.push_back({done_[i] && calls_[i].status.ok(),
+                         calls_[i].finished - calls_[i].started});
+    }
+    return service_->late_.End(*watch_, answers);
   }
 
   // Bytes the streamed learners have not taken yet.
@@ -363,10 +436,18 @@ class LearnerService::LearnStreamCall final
 
   void LearnerDone(size_t i) {
     grpc::Status failure;
+    std::optional<size_t> silent;
     {
       MutexLock lock(&mu_);
       done_[i] = true;
-      const Calls::value_type& call = calls_[i];
+      Calls::value_type& call = calls_[i];
+      if (late_index_ == std::optional<size_t>(i) && !failure_.has_value()) {
+        // Cancelled for being late: the call fails naming it so.
+        if (std::optional<LateAnswers::Late> late = EndWatch()) {
+          call.status =
+              grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, late->why);
+        }
+      }
       if (!call.status.ok() && !failure_.has_value() && !ended_ &&
           call.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
         // The learner calls share the stream's deadline: while the caller is
@@ -385,8 +466,10 @@ class LearnerService::LearnStreamCall final
                              call.status.error_message())),
             failed);
       }
+      silent = OneLeft();
     }
     if (!failure.ok()) Fail(failure);
+    if (silent) WatchLate(*silent);
     MaybeComplete();
   }
 
@@ -400,7 +483,7 @@ class LearnerService::LearnStreamCall final
       failure_ = status;
       // Complete moves the learner calls (and their contexts, which Cancel
       // uses) out: it waits until the senders are cancelled.
-      cancelling_ = true;
+      ++cancelling_;
     }
     // A cancelled call may end at once, and with it the whole call: this one
     // holds on until it is done here.
@@ -408,7 +491,7 @@ class LearnerService::LearnStreamCall final
     for (const auto& sender : senders_) sender->Cancel();
     {
       MutexLock lock(&mu_);
-      cancelling_ = false;
+      --cancelling_;
     }
     MaybeComplete();
     Unref();
@@ -430,7 +513,8 @@ class LearnerService::LearnStreamCall final
   void MaybeComplete() {
     {
       MutexLock lock(&mu_);
-      if (completing_ || cancelling_ || (!failure_.has_value() && !ended_)) {
+      if (completing_ || cancelling_ > 0 ||
+          (!failure_.has_value() && !ended_)) {
         return;
       }
       for (size_t i = 0; i < senders_.size(); ++i) {
@@ -445,6 +529,10 @@ class LearnerService::LearnStreamCall final
   // the plan and the budget, reply.
   void Complete() {
     alarm_.Cancel();
+    {
+      MutexLock lock(&mu_);
+      (void)EndWatch();
+    }
     grpc::Status status;
     if (failure_.has_value()) {
       Calls started;
@@ -537,7 +625,14 @@ class LearnerService::LearnStreamCall final
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> failure_;  // set once, under mu_
   bool completing_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelling_ ABSL_GUARDED_BY(mu_) = false;  // Fail's senders loop
+  // Fail's or OnLate's senders loops running.
+  int cancelling_ ABSL_GUARDED_BY(mu_) = 0;
+  // straggler.late_after: the watch (set by the first message), whether its
+  // timer was armed, whether it ended, and the learner cancelled as late.
+  std::shared_ptr<LateAnswers::Watch> watch_;
+  bool late_armed_ ABSL_GUARDED_BY(mu_) = false;
+  bool watch_ended_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<size_t> late_index_ ABSL_GUARDED_BY(mu_);
 };
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* LearnerService::LearnStream(

@@ -9,6 +9,7 @@
 
 #include "proto/admin.grpc.pb.h"
 #include "tests/testing/test_cluster.h"
+#include "tools/cli/learn_client.h"
 
 using namespace aggregator::testing;
 using aggregator::AggregatorConfig;
@@ -61,8 +62,9 @@ struct Cluster {
     for (auto& learner : learners) learner->learner->Stop();
   }
 
-  // Steps enough for late_after: auto to have the answers it needs.
-  void Warm(int steps = 15) {
+  // Steps enough for late_after: auto to have the answers it needs (of
+  // Learn, or of LearnStream when `streamed`).
+  void Warm(int steps = 15, bool streamed = false) {
     for (int i = 0; i < steps; ++i) {
       pb::DataDemand demand;
       REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
@@ -70,8 +72,16 @@ struct Cluster {
           Batch(static_cast<int>(demand.batch_size()), "w" + std::to_string(i));
       batch.set_plan_id(demand.plan_id());
       pb::LearnReply reply;
-      REQUIRE(stub->Learn(Deadline().get(), batch, &reply).ok());
+      REQUIRE((streamed ? Streamed(batch, &reply)
+                        : stub->Learn(Deadline().get(), batch, &reply))
+                  .ok());
     }
+  }
+
+  // `batch` by LearnStream, a few samples a message.
+  grpc::Status Streamed(const pb::LearnRequest& batch, pb::LearnReply* reply) {
+    return aggregator::LearnStreamed(*stub, Deadline(milliseconds(20000)).get(),
+                                     batch, /*message_bytes=*/300, reply);
   }
 
   pb::LearnerStatus Status(const std::string& id) {
@@ -220,4 +230,51 @@ TEST_CASE("A fixed late_after: a hung Learn fails after that, not later") {
   const Timed next = TimedGetData(*cluster.stub);
   REQUIRE(next.status.ok());
   CHECK(next.demand.membership().members_size() == 2);
+}
+
+// The late-answer rule covers LearnStream as it does Learn (issue 28): the
+// stream over, the others answered, a hung learner is late after
+// late_after and the call fails at once naming it, instead of at
+// call_timeout.
+TEST_CASE("LearnStream: a hung learner is late, the call fails naming it") {
+  const bool shrink = GENERATE(true, false);
+  INFO((shrink ? "on_learner_failure: shrink" : "on_learner_failure: fail"));
+  Cluster cluster(shrink ? OnLearnerFailure::kShrink : OnLearnerFailure::kFail,
+                  {});
+  cluster.Warm(15, /*streamed=*/true);
+  pb::DataDemand demand;
+  REQUIRE(cluster.stub->GetData(Deadline().get(), {}, &demand).ok());
+  REQUIRE(demand.batch_size() == 24);
+  WriteFaults(cluster.faults, "delay_ms=600000 delay_on=Learn");
+  pb::LearnRequest batch = Batch(24, "hung-");
+  batch.set_plan_id(demand.plan_id());
+  pb::LearnReply reply;
+  const auto start = Clock::now();
+  const grpc::Status learned = cluster.Streamed(batch, &reply);
+  const double seconds = Seconds(Clock::now() - start);
+  std::printf(
+      "late_after auto, %s: LearnStream with l2 hung failed in %.3f s\n",
+      shrink ? "shrink" : "fail", seconds);
+  CHECK(learned.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+  CHECK_THAT(learned.error_message(),
+             Catch::StartsWith("LearnStream failed on l2 (") &&
+                 Catch::Contains("late: silent") &&
+                 Catch::Contains("answered LearnStream") &&
+                 Catch::Contains("straggler.late_after auto"));
+  // Well before call_timeout (5 s): late_after auto is 500 ms here, or what
+  // a slow warm-up on a loaded machine made it.
+  CHECK(seconds < Seconds(kCallTimeout) / 2);
+  CHECK(cluster.Status("l2").late_ms() >= 500);
+  CHECK(cluster.Metric("aggregator_learner_late", "l2") == 1);
+  if (shrink) {
+    // It left the plans: the next plan is over l0 and l1, at once.
+    CHECK_THAT(cluster.Status("l2").standing(),
+               Catch::StartsWith("out: LearnStream failed: DEADLINE_EXCEEDED: "
+                                 "late: silent"));
+    const Timed next = TimedGetData(*cluster.stub);
+    REQUIRE(next.status.ok());
+    CHECK(next.demand.membership().members_size() == 2);
+  } else {
+    CHECK(cluster.Status("l2").standing() == "in");
+  }
 }
