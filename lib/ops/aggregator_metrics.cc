@@ -187,7 +187,15 @@ AggregatorMetrics::AggregatorMetrics()
                               .Help("max_inflight_bytes in force: a Learn "
                                     "past it is refused RESOURCE_EXHAUSTED.")
                               .Register(*registry_)
-                              .Add({})) {
+                              .Add({})),
+      tls_handshake_failures_(
+          prometheus::BuildCounter()
+              .Name("aggregator_tls_handshake_failures_total")
+              .Help("TLS handshakes that failed on the daemon's listeners "
+                    "(a peer that is not a TLS client, a refused "
+                    "certificate); gRPC logs the first 5 a 10 s.")
+              .Register(*registry_)
+              .Add({})) {
   reload_successful_.Set(1);
   reload_success_time_.SetToCurrentTime();
   prometheus::BuildGauge()
@@ -298,6 +306,10 @@ void AggregatorMetrics::SetLate(const std::string& learner, bool late,
 void AggregatorMetrics::SetStreamBuffered(double now, double peak) {
   stream_buffered_.Add({{"at", "now"}}).Set(now);
   stream_buffered_.Add({{"at", "peak"}}).Set(peak);
+}
+
+void AggregatorMetrics::SetTlsHandshakeFailures(double total) {
+  CountTo(tls_handshake_failures_, total);
 }
 
 void AggregatorMetrics::SetMembershipGeneration(double generation) {

@@ -35,6 +35,10 @@
 //                                                        failed to it
 //     (`source`: LearnerSourceKey, which its settings' changes keep; a
 //     source's series go with it)
+//   aggregator_tls_handshake_failures_total    TLS handshakes that failed on
+//                                              the listeners (peers that are
+//                                              not TLS clients, refused
+//                                              certificates)
 //   aggregator_build_info{version}             always 1
 //
 // Thread-safety: every method may be called from any thread; collectors run on
@@ -119,6 +123,8 @@ class AggregatorMetrics {
   void SetSources(const std::vector<SourceFigures>& sources);
   // LearnStream bytes held, now and at most since the start.
   void SetStreamBuffered(double now, double peak);
+  // TLS handshakes that failed since the start (counts what is new).
+  void SetTlsHandshakeFailures(double total);
 
  private:
   class Collecting;
@@ -156,6 +162,7 @@ class AggregatorMetrics {
   prometheus::Gauge& reload_success_time_;
   prometheus::Gauge& inflight_bytes_;
   prometheus::Gauge& max_inflight_bytes_;
+  prometheus::Counter& tls_handshake_failures_;
 
   Mutex mu_;
   // By "served/rpc/code", "learner/id/rpc/code" or "forwarded/id".

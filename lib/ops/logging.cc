@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -14,8 +15,11 @@
 #include <ctime>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "lib/ops/repeat_limiter.h"
 
 namespace aggregator {
 namespace {
@@ -117,9 +121,39 @@ std::unique_ptr<spdlog::formatter> TextFormatter() {
   return formatter;
 }
 
+std::atomic<uint64_t> tls_handshake_failures{0};
+
+// gRPC's error lines, at most 5 per call site (file:line) per 10 s: a peer
+// can make gRPC log one per connection. Never destroyed: gRPC's threads may
+// log until the process ends.
+RepeatLimiter& GrpcErrorLimiter() {
+  static RepeatLimiter* const limiter = new RepeatLimiter(
+      RepeatLimiter::Options{}, [](const std::string& source, uint64_t count) {
+        spdlog::error(
+            "grpc: suppressed {} similar messages from {} in the "
+            "last {}",
+            count, source,
+            absl::FormatDuration(
+                absl::FromChrono(RepeatLimiter::Options{}.window)));
+      });
+  return *limiter;
+}
+
 // gRPC's own log lines (a bind that failed, a bad peer) go through the same
 // logger, so they too carry a priority and the daemon's format.
 void ForwardGrpcLog(gpr_log_func_args* args) {
+  const absl::string_view message = args->message;
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+    // ssl_transport_security.cc's line for a handshake that failed (a peer
+    // that is not a TLS client, a certificate refused), whatever the level.
+    if (absl::StartsWith(message, "Handshake failed")) {
+      tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!GrpcErrorLimiter().Admit(absl::StrCat(args->file, ":", args->line))) {
+      return;
+    }
+  }
+  // Info and debug lines only come when GRPC_VERBOSITY asks for them: whole.
   const spdlog::level::level_enum level =
       args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::err
       : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
@@ -128,6 +162,10 @@ void ForwardGrpcLog(gpr_log_func_args* args) {
 }
 
 }  // namespace
+
+uint64_t TlsHandshakeFailures() {
+  return tls_handshake_failures.load(std::memory_order_relaxed);
+}
 
 std::string EscapeLogText(absl::string_view text) {
   std::string out;

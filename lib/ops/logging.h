@@ -6,10 +6,13 @@
 // format (log.format: json) each line is one JSON object instead:
 //   {"ts":"2026-12-06T01:20:00.123Z","level":"info","msg":"...","worker":"learner-0"}
 // with the structured fields of the ScopedLogFields in force on the logging
-// thread.
+// thread. gRPC's own lines go through the same logger; its error lines at
+// most 5 per call site (file:line) per 10 s, then one line counting the ones
+// left out (RepeatLimiter).
 #ifndef LIB_OPS_LOGGING_H_
 #define LIB_OPS_LOGGING_H_
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -35,6 +38,12 @@ std::string EscapeLogText(absl::string_view text);
 // change both: a reload). INVALID_ARGUMENT for another level or format.
 absl::Status ConfigureLogging(const std::string& level,
                               const std::string& format = "text");
+
+// TLS handshakes gRPC reported failed since the start (its "Handshake failed
+// ..." error lines: a peer that is not a TLS client, a refused certificate),
+// counted whatever the log level and however many lines were written. Counted
+// once ConfigureLogging has run.
+uint64_t TlsHandshakeFailures();
 
 // ScopedLogFields (lib/base/log_fields.h) sets the structured fields.
 

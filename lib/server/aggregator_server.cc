@@ -15,6 +15,7 @@
 #include "lib/base/port_holder.h"
 #include "lib/base/version.h"
 #include "lib/config/config_diff.h"
+#include "lib/ops/logging.h"
 #include "lib/tls/pem.h"
 
 namespace aggregator {
@@ -521,6 +522,8 @@ void AggregatorServer::CollectMetrics() {
   const LearnerService::Buffered buffered = learner_service_->StreamBuffered();
   metrics_.SetStreamBuffered(static_cast<double>(buffered.now),
                              static_cast<double>(buffered.peak));
+  // Process-wide: gRPC reports them only in its log lines.
+  metrics_.SetTlsHandshakeFailures(static_cast<double>(TlsHandshakeFailures()));
 }
 
 absl::StatusOr<ReloadResult> AggregatorServer::Reload(

@@ -1,0 +1,83 @@
+// RepeatLimiter: bounds the log lines one source (a gRPC file:line) writes.
+// Each source may write `burst` lines per `window`; past that its lines are
+// only counted, and once the window is over one summary says how many were
+// left out. A peer can make gRPC log one error line per connection (5,000
+// junk connections wrote 5,000 "Handshake failed" lines); with the limiter
+// they write at most `burst` lines and a summary per window.
+//
+// Summaries are written on a thread of the limiter's own, started at the
+// first suppressed line. It waits only while a summary is pending: an idle
+// limiter makes no wake-ups. On a fake clock it wakes whenever the clock is
+// advanced.
+//
+// Thread-safety: all methods may be called from any thread. `summarize` is
+// called without the limiter's lock, on its thread or in Admit.
+#ifndef LIB_OPS_REPEAT_LIMITER_H_
+#define LIB_OPS_REPEAT_LIMITER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "lib/base/clock.h"
+#include "lib/base/mutex.h"
+
+namespace aggregator {
+
+class RepeatLimiter {
+ public:
+  struct Options {
+    int burst = 5;
+    Clock::Duration window = std::chrono::seconds(10);
+    Clock* clock = nullptr;  // null: the steady clock; must outlive the limiter
+  };
+  // Writes the summary of `source`'s window: `suppressed` lines left out.
+  using Summarize =
+      std::function<void(const std::string& source, uint64_t suppressed)>;
+
+  RepeatLimiter(Options options, Summarize summarize);
+  // Stops the thread; summaries still pending are written first.
+  ~RepeatLimiter();
+  RepeatLimiter(const RepeatLimiter&) = delete;
+  RepeatLimiter& operator=(const RepeatLimiter&) = delete;
+
+  // Whether a line from `source` may be written now (else it is counted).
+  // The summary of `source`'s last window, if still pending, is written
+  // first.
+  bool Admit(const std::string& source) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Window {
+    Clock::TimePoint ends;
+    int written = 0;
+    uint64_t suppressed = 0;
+  };
+
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void Wake() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const Options options_;
+  const Summarize summarize_;
+  Clock& clock_;
+  int waker_token_ = 0;
+  Mutex mu_;
+  CondVar changed_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t ticks_ ABSL_GUARDED_BY(mu_) = 0;  // new pending ends, clock jumps
+  // By source. Sources are a program's log call sites: a bounded set.
+  std::map<std::string, Window> windows_ ABSL_GUARDED_BY(mu_);
+  // The windows with suppressed lines, by when they end.
+  std::set<std::pair<Clock::TimePoint, std::string>> pending_
+      ABSL_GUARDED_BY(mu_);
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_OPS_REPEAT_LIMITER_H_
