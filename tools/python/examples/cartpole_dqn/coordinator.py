@@ -132,6 +132,7 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
     version = weights["version"]
 
     episodes: List[List[float]] = []  # [env steps at its end, return]
+    episode_times: List[float] = []  # time.monotonic() at each end (fault_run's plot)
     losses: List[float] = []
     hashes_identical = True
     lost_steps: List[str] = []  # --elastic: steps that failed
@@ -162,6 +163,7 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
         obs = next_obs
         if terminated or truncated:
             episodes.append([step, episode_return])
+            episode_times.append(time.monotonic())
             obs, episode_return = env.reset(), 0.0
 
         if step >= args.learning_starts and step % args.train_every == 0:
@@ -226,7 +228,7 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
         "final_weights_sha256": final_hashes, "close_task": closed.get("message"),
         "lost_steps": lost_steps, "member_counts": sorted(members),
         "membership_generations": len(generations), "learner_changes": changes,
-        "episode_returns": episodes,
+        "episode_returns": episodes, "episode_monotonic": episode_times,
     }
     if args.plot:
         plot(episodes, args, summary)
@@ -263,7 +265,7 @@ def plot(episodes: List[List[float]], args: argparse.Namespace, summary: Dict[st
 def main() -> None:
     args = parse_args()
     summary = train(args)
-    brief = {k: v for k, v in summary.items() if k != "episode_returns"}
+    brief = {k: v for k, v in summary.items() if k not in ("episode_returns", "episode_monotonic")}
     print(json.dumps(brief, indent=2), flush=True)
     if args.summary:
         with open(args.summary, "w") as f:
