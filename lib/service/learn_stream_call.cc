@@ -21,6 +21,7 @@
 #include "lib/learners/slice_sender.h"
 #include "lib/service/call_timing.h"
 #include "lib/service/learner_service.h"
+#include "lib/service/learner_service_impl.h"
 
 namespace aggregator {
 

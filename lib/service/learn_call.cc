@@ -1,0 +1,299 @@
+// LearnerService::Learn: the batch checked against its plan, cut into the
+// learners' slices and sent; their answers merged into one LearnReply.
+#include <google/protobuf/io/coded_stream.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/strip.h"
+#include "lib/aggregation/raw_batch.h"
+#include "lib/service/learner_service_impl.h"
+
+namespace aggregator {
+namespace {
+
+namespace pb = aggregator::v1;
+
+// Parses a learner's Learn reply, releasing `bytes`. A reply that does not
+// parse is either nested deeper than protobuf allows (a Struct of Structs) or
+// not a LearnReply at all; the error says which.
+grpc::Status ParseLearnReply(grpc::ByteBuffer* bytes, pb::LearnReply* reply) {
+  // Shares the slices, so a second parse needs no copy of the bytes.
+  grpc::ByteBuffer kept(*bytes);
+  if (grpc::SerializationTraits<pb::LearnReply>::Deserialize(bytes, reply)
+          .ok()) {
+    return grpc::Status::OK;
+  }
+  const int limit =
+      google::protobuf::io::CodedInputStream::GetDefaultRecursionLimit();
+  grpc::ProtoBufferReader reader(&kept);
+  google::protobuf::io::CodedInputStream input(&reader);
+  // Deeper still, but bounded: parsing recurses on the stack.
+  input.SetRecursionLimit(4 * limit);
+  pb::LearnReply deeper;
+  if (deeper.ParseFromCodedStream(&input)) {
+    return grpc::Status(
+        grpc::StatusCode::INTERNAL,
+        absl::StrCat("a LearnReply nested deeper than protobuf's limit of ",
+                     limit, " levels (a Struct of Structs in its info)"));
+  }
+  return grpc::Status(
+      grpc::StatusCode::INTERNAL,
+      absl::StrCat("a reply that cannot be read as a LearnReply (or that is "
+                   "nested more than ",
+                   4 * limit, " levels deep)"));
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* LearnerService::Learn(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* reply) {
+  const auto started = std::chrono::steady_clock::now();
+  auto* reactor = context->DefaultReactor();
+  std::string call_path;
+  if (!Enter(context, reactor, "Learn", &call_path)) return reactor;
+  auto fail = [&](const grpc::Status& status) {
+    Finish(reactor, "Learn", started, status);
+    return reactor;
+  };
+  auto settings = this->settings();
+  // The batch is held until the learners have answered: it counts against
+  // max_inflight_bytes until then.
+  auto lease =
+      inflight_.Acquire("Learn", static_cast<int64_t>(request->Length()),
+                        settings->max_inflight_bytes);
+  if (!lease.ok()) return fail(ToGrpc(lease.status()));
+  // More samples than any plan demands cannot be right: the scan stops there.
+  const int64_t largest = planner_.LargestTotal();
+  auto batch = RawBatch::Scan(*request, largest);
+  if (!batch.ok() && largest == 0) {
+    // No plan left to learn on: the plan the request names says why.
+    batch = RawBatch::Scan(*request, std::numeric_limits<int64_t>::max());
+  }
+  if (!batch.ok()) return fail(ToGrpc(batch.status()));
+  auto claim = planner_.Claim(batch->plan_id());
+  if (!claim.ok()) return fail(ToGrpc(claim.status()));
+  const Plan& plan = claim->plan();
+  absl::StatusOr<std::vector<LearnerHandle>> learners =
+      PlanLearners("Learn", plan);
+  if (!learners.ok()) return fail(ToGrpcWithFailedLearners(learners.status()));
+  if (absl::Status count =
+          CheckSampleCount(plan, static_cast<int64_t>(batch->sample_count()));
+      !count.ok()) {
+    return fail(ToGrpc(count));
+  }
+  // Part i holds learner i's samples as sub-slices of the received bytes.
+  std::vector<size_t> counts;
+  std::vector<size_t> stands_for;  // each learner's learners, for the merge
+  std::vector<std::string> plan_ids;
+  for (const PlanSlice& slice : plan.slices) {
+    counts.push_back(static_cast<size_t>(slice.batch_size));
+    stands_for.push_back(slice.learners);
+    plan_ids.push_back(slice.learner_plan_id);
+  }
+  // Appended to each slice: a field of LearnRequest may come in any order.
+  auto parts =
+      batch->Cut(counts, plan_ids, MembershipStamp(plan).SerializeAsString());
+  if (!parts.ok()) return fail(ToGrpc(parts.status()));
+  std::vector<grpc::ByteBuffer> requests;
+  for (size_t i = 0; i < parts->size(); ++i) {
+    if (metrics_ != nullptr) {
+      metrics_->Forwarded((*learners)[i].id,
+                          static_cast<double>((*parts)[i].sample_bytes));
+    }
+    requests.push_back(std::move((*parts)[i].request));
+  }
+  // The claim lives until the learners have answered: consumed if they all
+  // trained (even if their answers cannot be merged), given back otherwise.
+  auto held = std::make_shared<PlanClaim>(*std::move(claim));
+  // A late learner fails the step: its slice was not trained.
+  WatchedFanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
+      "Learn", context, *settings, call_path, *std::move(learners),
+      std::move(requests),
+      [](const LearnerHandle& l, grpc::ClientContext* c,
+         const grpc::ByteBuffer* r, grpc::ByteBuffer* p,
+         std::function<void(grpc::Status)> f) {
+        l.generic->UnaryCall(c, kLearnMethod, grpc::StubOptions(), r, p,
+                             std::move(f));
+      },
+      /*over_others=*/false,
+      [this, context, reactor, reply, settings, started, held,
+       timed = TimingWanted(*context),
+       lease = std::shared_ptr<InflightBudget::Lease>(*std::move(lease)),
+       counts = std::move(counts),
+       stands_for = std::move(stands_for)](auto& calls) mutable {
+        WatchStragglers(calls, *settings);
+        // Once every learner has trained, a retry of the plan would train them
+        // twice, whatever became of their answers: the plan is used.
+        const bool trained =
+            std::all_of(calls.begin(), calls.end(),
+                        [](const auto& call) { return call.status.ok(); });
+        const grpc::Status status =
+            MergeLearn("Learn", calls, counts, stands_for, *settings, reply);
+        if (trained) held->Consume();
+        // The batch's bytes are counted free before the caller hears back: a
+        // caller that sends its next batch at once must find the budget.
+        lease.reset();
+        if (timed) {
+          AddTiming(context, started, calls, std::chrono::steady_clock::now());
+        }
+        Finish(reactor, "Learn", started, status);
+      });
+  return reactor;
+}
+
+pb::LearnRequest LearnerService::MembershipStamp(const Plan& plan) {
+  pb::LearnRequest stamp;
+  stamp.mutable_membership()->set_generation(plan.generation);
+  for (const PlanSlice& slice : plan.slices) {
+    stamp.mutable_membership()->add_members(slice.learner_id);
+  }
+  return stamp;
+}
+
+absl::StatusOr<std::vector<LearnerHandle>> LearnerService::PlanLearners(
+    const char* method, const Plan& plan) const {
+  std::vector<LearnerHandle> learners;
+  std::vector<std::string> gone;
+  pb::FailedLearners failed;
+  for (const PlanSlice& slice : plan.slices) {
+    auto learner = pool_->Current(slice.learner_id, slice.epoch);
+    if (learner.ok()) {
+      learners.push_back(std::move(*learner));
+    } else {
+      gone.emplace_back(learner.status().message());
+      // The message names the learner first: the details say the rest.
+      const std::string address = AddressOf(slice.learner_id);
+      absl::string_view why = learner.status().message();
+      absl::ConsumePrefix(&why,
+                          absl::StrCat(slice.learner_id, " (", address, ") "));
+      AddFailedLearner(slice.learner_id, address,
+                       grpc::StatusCode::FAILED_PRECONDITION, std::string(why),
+                       &failed);
+    }
+  }
+  if (!gone.empty()) {
+    absl::Status changed = absl::FailedPreconditionError(
+        absl::StrCat(method, ": the learners of plan '", plan.id,
+                     "' changed since GetData: ", absl::StrJoin(gone, "; "),
+                     "; call GetData again"));
+    AttachFailedLearners(failed, &changed);
+    return changed;
+  }
+  return learners;
+}
+
+std::string LearnerService::AddressOf(const std::string& id) const {
+  for (const LearnerSnapshot& learner : pool_->Status()) {
+    if (learner.id == id) return learner.address.ToString();
+  }
+  return "";  // no longer configured
+}
+
+grpc::Status LearnerService::MergeLearn(
+    const char* method, LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
+    const std::vector<size_t>& counts, const std::vector<size_t>& stands_for,
+    const Settings& settings, grpc::ByteBuffer* reply) {
+  grpc::Status status = Summarize(method, calls);
+  if (!status.ok()) return status;
+  std::vector<std::string> shares;  // each learner's reply, for a size error
+  for (const auto& call : calls) {
+    shares.push_back(
+        absl::StrCat(call.learner.Name(), " ", call.reply.Length(), " bytes"));
+  }
+  // Checked before it is sent: gRPC would fail it only after, with a message
+  // naming nobody, once the learners have trained.
+  auto too_large = [&](size_t size) {
+    if (size <= static_cast<size_t>(max_reply_bytes_)) return false;
+    const std::string message = absl::StrCat(
+        method, ": the merged reply is ", size,
+        " bytes, over max_message_bytes (", max_reply_bytes_,
+        "); the learners trained, but their infos (",
+        absl::StrJoin(shares, ", "),
+        ") are too large together: raise max_message_bytes or send less info");
+    spdlog::error("{}", message);
+    status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message);
+    return true;
+  };
+
+  // A clean merge is done on the replies' bytes (lib/aggregation/
+  // raw_info_merger.h); anything else is parsed and merged by InfoMerger.
+  // The flat copies go before that parse: one copy of the replies at a time.
+  {
+    std::vector<std::string> flat(calls.size());
+    std::vector<absl::string_view> bytes;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      std::vector<grpc::Slice> slices;
+      if (calls[i].reply.Valid()) (void)calls[i].reply.Dump(&slices);
+      for (const grpc::Slice& slice : slices) {
+        flat[i].append(reinterpret_cast<const char*>(slice.begin()),
+                       slice.size());
+      }
+      bytes.push_back(flat[i]);
+    }
+    if (auto merged = settings.raw_merger.Merge(bytes, counts, stands_for);
+        merged.has_value()) {
+      for (size_t i = 1; i < calls.size(); ++i) {
+        WarnIfDifferent(method, "task_id", calls[0].learner,
+                        merged->task_ids[0], calls[i].learner,
+                        merged->task_ids[i]);
+        WarnIfDifferent(method, "buffer_id", calls[0].learner,
+                        merged->buffer_ids[0], calls[i].learner,
+                        merged->buffer_ids[i]);
+      }
+      if (too_large(merged->reply.size())) return status;
+      grpc::Slice slice(merged->reply.data(), merged->reply.size());
+      *reply = grpc::ByteBuffer(&slice, 1);
+      return grpc::Status::OK;
+    }
+  }
+
+  std::vector<pb::LearnReply> replies(calls.size());
+  std::vector<google::protobuf::Struct*> infos;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const LearnerHandle& learner = calls[i].learner;
+    // Parsing releases the received bytes: one copy at a time.
+    if (grpc::Status parsed = ParseLearnReply(&calls[i].reply, &replies[i]);
+        !parsed.ok()) {
+      pb::FailedLearners failed;
+      AddFailedLearner(learner.id, learner.address.ToString(),
+                       parsed.error_code(),
+                       absl::StrCat("sent ", parsed.error_message()), &failed);
+      return WithFailedLearners(
+          grpc::Status(parsed.error_code(),
+                       absl::StrCat(method, ": ", learner.Name(), " sent ",
+                                    parsed.error_message())),
+          failed);
+    }
+    infos.push_back(replies[i].mutable_info());
+    ids.push_back(learner.id);
+    WarnIfDifferent(method, "task_id", calls[0].learner, replies[0].task_id(),
+                    learner, replies[i].task_id());
+    WarnIfDifferent(method, "buffer_id", calls[0].learner,
+                    replies[0].buffer_id(), learner, replies[i].buffer_id());
+  }
+  auto merged = settings.merger.Merge(infos, ids, counts, stands_for);
+  if (!merged.ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat(method, ": ", merged.status().message()));
+  }
+  for (const std::string& warning : merged->warnings) {
+    spdlog::warn("{}: {}", method, warning);
+  }
+  pb::LearnReply out;
+  out.set_task_id(replies[0].task_id());
+  out.set_buffer_id(replies[0].buffer_id());
+  *out.mutable_info() = std::move(merged->info);
+  if (too_large(out.ByteSizeLong())) return status;
+  bool own_buffer = false;
+  return grpc::SerializationTraits<pb::LearnReply>::Serialize(out, reply,
+                                                              &own_buffer);
+}
+
+}  // namespace aggregator
