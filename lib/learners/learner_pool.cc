@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -17,21 +18,15 @@
 namespace aggregator {
 namespace {
 
-using Steady = std::chrono::steady_clock;
-
 // How often a ready learner's watch is re-armed. Bounds how long the pool's
 // teardown can wait for a channel that a caller still holds; a disconnect is
 // seen at once.
 constexpr std::chrono::seconds kReadyWatchPeriod{2};
 // How often the connector wakes when nothing is due (a cheap, bounded wait).
+// Under a clock that keeps no real timers (a FakeClock) also how often, in
+// real time, a connection watch looks at the clock again: the clock's waker
+// wakes the connector for what became due, not the watches.
 constexpr std::chrono::seconds kIdleWake{1};
-
-// gRPC's own deadlines take system_clock; ours are steady.
-std::chrono::system_clock::time_point ToSystem(Steady::time_point when) {
-  return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(
-             when - Steady::now());
-}
 
 }  // namespace
 
@@ -74,9 +69,10 @@ grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes,
 
 struct LearnerPool::Learner {
   Learner(LearnerEndpoint endpoint_in, const BackoffOptions& backoff_options,
-          UniformRandom random)
+          UniformRandom random, Clock::TimePoint now)
       : endpoint(std::move(endpoint_in)),
-        backoff(backoff_options, std::move(random)) {}
+        backoff(backoff_options, std::move(random)),
+        connecting_since(now) {}
 
   std::string Name() const {
     return absl::StrCat(endpoint.id, " (", endpoint.address.ToString(), ")");
@@ -103,13 +99,16 @@ struct LearnerPool::Learner {
   std::shared_ptr<LearnerCounters> counters =
       std::make_shared<LearnerCounters>();
   Backoff backoff;
-  Steady::time_point connecting_since = Steady::now();
-  Steady::time_point attempt_deadline;
+  Clock::TimePoint connecting_since;
+  Clock::TimePoint attempt_deadline;
+  // When the next attempt is due, while one is scheduled; `alarm` wakes the
+  // connector then (see Run).
+  std::optional<Clock::TimePoint> attempt_at;
   std::unique_ptr<grpc::Alarm> alarm;
   // The probe in flight, if any (owned by its event), to cancel on removal.
   grpc::ClientContext* probing = nullptr;
   aggregator::v1::Resource resource;  // its answer to the probe
-  Steady::time_point next_refresh;    // while ready: when resources are asked
+  Clock::TimePoint next_refresh;      // while ready: when resources are asked
   std::string last_error;
 };
 
@@ -130,10 +129,12 @@ struct LearnerPool::Event {
     bool refresh = false;
   };
 
-  enum Kind { kAttempt, kStateChange, kProbe } kind;
+  // kWake: a Kick; only wakes the connector.
+  enum Kind { kAttempt, kStateChange, kProbe, kWake } kind;
   std::string learner_id;
   uint64_t token;
   std::unique_ptr<Probe> probe;
+  std::unique_ptr<grpc::Alarm> alarm;  // kWake's own
 };
 
 LearnerPool::LearnerPool(const ConnectConfig& connect,
@@ -143,7 +144,9 @@ LearnerPool::LearnerPool(const ConnectConfig& connect,
         if (!hooks.random) hooks.random = MakeUniformRandom();
         return std::move(hooks);
       }()),
+      clock_(ClockOrSteady(hooks_.clock)),
       connect_(connect) {
+  clock_waker_ = clock_.AddWaker([this] { Kick(); });
   connector_ = std::thread([this] { Run(); });
 }
 
@@ -151,6 +154,8 @@ LearnerPool::~LearnerPool() { Stop(); }
 
 void LearnerPool::Stop() {
   if (!connector_.joinable()) return;  // stopped already
+  // No Kick sets an alarm on the queue once it shuts down.
+  clock_.RemoveWaker(clock_waker_);
   std::vector<std::unique_ptr<Learner>> dropped;
   {
     MutexLock lock(&mu_);
@@ -184,13 +189,13 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
         next.push_back(std::move(*same));
         continue;
       }
-      auto learner =
-          std::make_unique<Learner>(endpoint, connect_.backoff, hooks_.random);
+      auto learner = std::make_unique<Learner>(endpoint, connect_.backoff,
+                                               hooks_.random, clock_.Now());
       {
         ScopedLogFields fields = learner->LogFields();
         spdlog::info("learner {}: connecting", learner->Name());
       }
-      Schedule(learner.get(), Steady::now());
+      Schedule(learner.get(), clock_.Now());
       next.push_back(std::move(learner));
     }
     for (auto& learner : learners_) {
@@ -227,18 +232,19 @@ void LearnerPool::SetConnectConfig(const ConnectConfig& connect) {
 
 void LearnerPool::Run() {
   while (true) {
-    Steady::time_point wake = Steady::now() + kIdleWake;
+    Clock::TimePoint wake = clock_.Now() + kIdleWake;
     {
       MutexLock lock(&mu_);
       for (const auto& learner : learners_) {
         if (learner->state == LearnerState::kConnecting) {
           wake = std::min(wake, learner->connecting_since + connect_.timeout);
         }
+        if (learner->attempt_at) wake = std::min(wake, *learner->attempt_at);
       }
     }
     void* tag = nullptr;
     bool ok = false;
-    const auto status = queue_.AsyncNext(&tag, &ok, ToSystem(wake));
+    const auto status = queue_.AsyncNext(&tag, &ok, WakeAt(wake));
     if (status == grpc::CompletionQueue::SHUTDOWN) return;
     size_t ready = 0;
     size_t total = 0;
@@ -246,10 +252,21 @@ void LearnerPool::Run() {
     {
       MutexLock lock(&mu_);
       if (status == grpc::CompletionQueue::GOT_EVENT) {
-        Handle(static_cast<Event*>(tag), ok);
+        Event* event = static_cast<Event*>(tag);
+        bool woke = false;
+        {
+          // Events are made under mu_, a Kick's under kick_mu_; a Kick's
+          // alarm goes once Kick is out of Set. It only woke the loop.
+          MutexLock kick_lock(&kick_mu_);
+          woke = event->kind == Event::kWake;
+          if (woke) delete event;
+        }
+        if (!woke) Handle(event, ok);
       }
       if (stopping_) continue;  // drain the queue until it shuts down
-      MarkTimedOut(Steady::now());
+      const Clock::TimePoint now = clock_.Now();
+      StartDueAttempts(now);
+      MarkTimedOut(now);
       ready = ReadyCountLocked();
       total = learners_.size();
       changed = ready != last_reported_ready_;
@@ -272,7 +289,8 @@ void LearnerPool::Handle(Event* event, bool ok) {
   if (learner == nullptr || learner->token != event->token) return;  // stale
   switch (event->kind) {
     case Event::kAttempt:
-      if (ok) StartAttempt(learner);
+    case Event::kWake:  // Run's own
+      // The attempt starts in Run once it is due on the clock.
       return;
     case Event::kStateChange:
       OnStateChange(learner, ok);
@@ -284,6 +302,7 @@ void LearnerPool::Handle(Event* event, bool ok) {
 }
 
 void LearnerPool::StartAttempt(Learner* learner) {
+  learner->attempt_at.reset();
   ++learner->attempts;
   learner->token = next_token_++;
   grpc::ChannelArguments args =
@@ -303,14 +322,14 @@ void LearnerPool::StartAttempt(Learner* learner) {
   }
   learner->channel = grpc::CreateCustomChannel(
       learner->endpoint.address.ToString(), credentials, args);
-  learner->attempt_deadline = Steady::now() + connect_.attempt_timeout;
+  learner->attempt_deadline = clock_.Now() + connect_.attempt_timeout;
   Watch(learner, learner->channel->GetState(/*try_to_connect=*/true),
         learner->attempt_deadline);
 }
 
 void LearnerPool::OnStateChange(Learner* learner, bool ok) {
   grpc_connectivity_state state = learner->channel->GetState(false);
-  const Steady::time_point now = Steady::now();
+  const Clock::TimePoint now = clock_.Now();
   if (learner->state == LearnerState::kReady) {
     if (state == GRPC_CHANNEL_READY) {
       if (now >= learner->next_refresh && learner->probing == nullptr) {
@@ -347,7 +366,12 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
     AttemptFailed(learner, "connection failed");
     return;
   }
-  if (!ok || now >= learner->attempt_deadline) {
+  // A watch that ends without a change (!ok) has reached its real-time
+  // bound (WakeAt): the attempt's deadline on the steady clock, only a time
+  // to look again on a fake one. Whether the attempt is over is the clock's
+  // to say.
+  (void)ok;
+  if (now >= learner->attempt_deadline) {
     AttemptFailed(learner,
                   absl::StrCat("no connection within connect.attempt_timeout (",
                                connect_.attempt_timeout.count(), "ms)"));
@@ -365,8 +389,8 @@ void LearnerPool::StartProbe(Learner* learner, bool diagnose, bool refresh) {
   probe.refresh = refresh;
   probe.stub = aggregator::v1::Learner::NewStub(learner->channel);
   probe.context.set_deadline(
-      refresh ? ToSystem(Steady::now() + connect_.attempt_timeout)
-              : ToSystem(learner->attempt_deadline));
+      CallDeadline(refresh ? clock_.Now() + connect_.attempt_timeout
+                           : learner->attempt_deadline));
   if (!hooks_.aggregator_id.empty()) {
     probe.context.AddMetadata(kCallPathKey, hooks_.aggregator_id);
   }
@@ -435,9 +459,10 @@ void LearnerPool::OnProbe(Learner* learner, const Event& event) {
                  learner->Name(), learner->attempts, probe.reply.gpus());
   }
   learner->attempts = 0;
-  learner->next_refresh = Steady::now() + connect_.resource_refresh;
+  const Clock::TimePoint now = clock_.Now();
+  learner->next_refresh = now + connect_.resource_refresh;
   Watch(learner, GRPC_CHANNEL_READY,
-        std::min(Steady::now() + kReadyWatchPeriod, learner->next_refresh));
+        std::min(now + kReadyWatchPeriod, learner->next_refresh));
 }
 
 void LearnerPool::OnRefresh(Learner* learner, const Event& event) {
@@ -478,10 +503,18 @@ void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {
     spdlog::debug("learner {}: {}; next attempt in {}ms", learner->Name(),
                   learner->last_error, delay.count());
   }
-  Schedule(learner, Steady::now() + delay);
+  Schedule(learner, clock_.Now() + delay);
 }
 
-void LearnerPool::MarkTimedOut(Steady::time_point now) {
+void LearnerPool::StartDueAttempts(Clock::TimePoint now) {
+  for (const auto& learner : learners_) {
+    if (learner->attempt_at && now >= *learner->attempt_at) {
+      StartAttempt(learner.get());  // its alarm's event is stale now
+    }
+  }
+}
+
+void LearnerPool::MarkTimedOut(Clock::TimePoint now) {
   for (const auto& learner : learners_) {
     if (learner->state == LearnerState::kConnecting &&
         now >= learner->connecting_since + connect_.timeout) {
@@ -499,18 +532,49 @@ void LearnerPool::MarkTimedOut(Steady::time_point now) {
 }
 
 void LearnerPool::Watch(Learner* learner, grpc_connectivity_state state,
-                        Steady::time_point deadline) {
+                        Clock::TimePoint deadline) {
   learner->channel->NotifyOnStateChange(
-      state, ToSystem(deadline), &queue_,
+      state, WakeAt(deadline), &queue_,
       new Event{Event::kStateChange, learner->endpoint.id, learner->token});
 }
 
-void LearnerPool::Schedule(Learner* learner, Steady::time_point when) {
+void LearnerPool::Schedule(Learner* learner, Clock::TimePoint when) {
   learner->token = next_token_++;
+  learner->attempt_at = when;
   learner->alarm = std::make_unique<grpc::Alarm>();
   learner->alarm->Set(
-      &queue_, ToSystem(when),
+      &queue_, WakeAt(when),
       new Event{Event::kAttempt, learner->endpoint.id, learner->token});
+}
+
+// gRPC's timers take system_clock. The steady clock says how long is left;
+// a fake clock keeps no real timers: what is due is due now, anything else
+// is looked at again after kIdleWake, or when the clock moves (Kick).
+std::chrono::system_clock::time_point LearnerPool::WakeAt(
+    Clock::TimePoint when) const {
+  std::optional<Clock::Duration> left = clock_.RealDelayUntil(when);
+  if (!left) {
+    left = when <= clock_.Now() ? Clock::Duration::zero()
+                                : Clock::Duration(kIdleWake);
+  }
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(*left);
+}
+
+// A call's deadline can only be real: the time left on the clock, taken as
+// real time (on the steady clock, exactly what is left).
+std::chrono::system_clock::time_point LearnerPool::CallDeadline(
+    Clock::TimePoint when) const {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             when - clock_.Now());
+}
+
+void LearnerPool::Kick() {
+  MutexLock lock(&kick_mu_);
+  auto* event = new Event{Event::kWake, "", 0};
+  event->alarm = std::make_unique<grpc::Alarm>();
+  event->alarm->Set(&queue_, std::chrono::system_clock::now(), event);
 }
 
 LearnerPool::Learner* LearnerPool::Find(const std::string& id) const {
@@ -567,14 +631,13 @@ absl::StatusOr<LearnerHandle> LearnerPool::Current(const std::string& id,
   return learner->Handle();
 }
 
-bool LearnerPool::WaitForReady(size_t count,
-                               Steady::time_point deadline) const {
+bool LearnerPool::WaitForReady(
+    size_t count, std::chrono::steady_clock::time_point deadline) const {
   MutexLock lock(&mu_);
   auto enough = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return ReadyCountLocked() >= count;
   };
-  return mu_.AwaitWithTimeout(absl::Condition(&enough),
-                              absl::FromChrono(deadline - Steady::now()));
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), TimeUntil(deadline));
 }
 
 void LearnerPool::RecordCall(const LearnerHandle& learner,

@@ -9,6 +9,11 @@
 // fresh channel (with its own subchannel pool), so the retry schedule is
 // exactly the configured jittered backoff, not gRPC's hidden one.
 //
+// Its timing (backoff delays, connect.timeout, connect.attempt_timeout,
+// resource_refresh) runs on an injected Clock: under a FakeClock a retry is
+// due when the test advances the clock past it. Deadlines that gRPC keeps
+// (a watch, a probe) are real time; see learner_pool.cc.
+//
 // Calls take a LearnerHandle snapshot; a handle keeps its channel alive, so
 // removing a learner (SetLearners) never breaks a call in flight.
 //
@@ -31,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "lib/base/backoff.h"
+#include "lib/base/clock.h"
 #include "lib/base/host_port.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
@@ -94,6 +100,9 @@ struct LearnerPoolHooks {
   // The owning aggregator's id (lib/learners/call_path.h): probes carry it,
   // and a learner whose probe is answered by it is this aggregator itself.
   std::string aggregator_id;
+  // What connection timing runs on; null: SteadyClock(). Must outlive the
+  // pool.
+  Clock* clock = nullptr;
 };
 
 // Channel arguments used for every learner channel (message sizes, no idle
@@ -133,7 +142,8 @@ class LearnerPool {
   absl::StatusOr<LearnerHandle> Current(const std::string& id,
                                         uint64_t epoch) const;
 
-  // Waits until at least `count` learners are ready or the deadline passes.
+  // Waits until at least `count` learners are ready or the deadline passes
+  // (a real one, whatever the pool's clock: the caller waits in real time).
   bool WaitForReady(size_t count,
                     std::chrono::steady_clock::time_point deadline) const;
 
@@ -165,19 +175,33 @@ class LearnerPool {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AttemptFailed(Learner* learner, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkTimedOut(std::chrono::steady_clock::time_point now)
+  // Starts the scheduled attempts that are due at `now`.
+  void StartDueAttempts(Clock::TimePoint now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkTimedOut(Clock::TimePoint now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Watch(Learner* learner, grpc_connectivity_state state,
-             std::chrono::steady_clock::time_point deadline)
+             Clock::TimePoint deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Schedule(Learner* learner, Clock::TimePoint when)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Schedule(Learner* learner, std::chrono::steady_clock::time_point when)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When, in real time, to look again at something due at `when` on clock_.
+  std::chrono::system_clock::time_point WakeAt(Clock::TimePoint when) const;
+  // A gRPC call's deadline for `when` on clock_.
+  std::chrono::system_clock::time_point CallDeadline(
+      Clock::TimePoint when) const;
+  // The clock moved (a FakeClock): wakes the connector to see what is due.
+  void Kick();
   Learner* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t ReadyCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int64_t max_message_bytes_;
   const LearnerPoolHooks hooks_;
+  Clock& clock_;
   grpc::CompletionQueue queue_;
+  int clock_waker_ = 0;  // clock_'s token for Kick
+  // Held while a Kick sets its alarm, so the connector never frees the alarm
+  // before Set has returned. Taken under the clock's lock (Kick is its
+  // waker) and under mu_; takes neither.
+  Mutex kick_mu_;
 
   mutable Mutex mu_;
   ConnectConfig connect_ ABSL_GUARDED_BY(mu_);
