@@ -18,6 +18,16 @@ constexpr int64_t kMaxBatch = 1 << 30;
 // merged per-learner list has one entry each, so an absurd count is refused.
 constexpr int64_t kMaxLearners = 65536;
 
+template <typename T>
+void WarnIfDifferent(const char* method, const char* field,
+                     const LearnerHandle& first, const T& first_value,
+                     const LearnerHandle& other, const T& other_value) {
+  if (first_value == other_value) return;
+  spdlog::warn(
+      "{}: learners disagree on {}: {} sent '{}', {} sent '{}'; kept {}'s",
+      method, field, first.id, first_value, other.id, other_value, first.id);
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* LearnerService::GetData(

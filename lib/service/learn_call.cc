@@ -1,8 +1,5 @@
 // LearnerService::Learn: the batch checked against its plan, cut into the
 // learners' slices and sent; their answers merged into one LearnReply.
-#include <google/protobuf/io/coded_stream.h>
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <limits>
 #include <memory>
 #include <string>
@@ -18,34 +15,25 @@ namespace {
 
 namespace pb = aggregator::v1;
 
-// Parses a learner's Learn reply, releasing `bytes`. A reply that does not
-// parse is either nested deeper than protobuf allows (a Struct of Structs) or
-// not a LearnReply at all; the error says which.
-grpc::Status ParseLearnReply(grpc::ByteBuffer* bytes, pb::LearnReply* reply) {
-  // Shares the slices, so a second parse needs no copy of the bytes.
-  grpc::ByteBuffer kept(*bytes);
-  if (grpc::SerializationTraits<pb::LearnReply>::Deserialize(bytes, reply)
-          .ok()) {
-    return grpc::Status::OK;
+// `bytes` in one string, released as they are copied.
+std::string Flatten(grpc::ByteBuffer* bytes) {
+  std::string flat;
+  std::vector<grpc::Slice> slices;
+  if (bytes->Valid()) (void)bytes->Dump(&slices);
+  bytes->Clear();
+  for (const grpc::Slice& slice : slices) {
+    flat.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
-  const int limit =
-      google::protobuf::io::CodedInputStream::GetDefaultRecursionLimit();
-  grpc::ProtoBufferReader reader(&kept);
-  google::protobuf::io::CodedInputStream input(&reader);
-  // Deeper still, but bounded: parsing recurses on the stack.
-  input.SetRecursionLimit(4 * limit);
-  pb::LearnReply deeper;
-  if (deeper.ParseFromCodedStream(&input)) {
-    return grpc::Status(
-        grpc::StatusCode::INTERNAL,
-        absl::StrCat("a LearnReply nested deeper than protobuf's limit of ",
-                     limit, " levels (a Struct of Structs in its info)"));
-  }
-  return grpc::Status(
-      grpc::StatusCode::INTERNAL,
-      absl::StrCat("a reply that cannot be read as a LearnReply (or that is "
-                   "nested more than ",
-                   4 * limit, " levels deep)"));
+  return flat;
+}
+
+// `bytes` as a ByteBuffer that owns them: no copy.
+grpc::ByteBuffer ToByteBuffer(std::string bytes) {
+  auto* owned = new std::string(std::move(bytes));
+  grpc::Slice slice(
+      owned->data(), owned->size(),
+      [](void* p) { delete static_cast<std::string*>(p); }, owned);
+  return grpc::ByteBuffer(&slice, 1);
 }
 
 }  // namespace
@@ -202,98 +190,53 @@ grpc::Status LearnerService::MergeLearn(
   grpc::Status status = Summarize(method, calls);
   if (!status.ok()) return status;
   std::vector<std::string> shares;  // each learner's reply, for a size error
-  for (const auto& call : calls) {
+  std::vector<std::string> replies;
+  std::vector<std::string> ids;
+  for (auto& call : calls) {
     shares.push_back(
         absl::StrCat(call.learner.Name(), " ", call.reply.Length(), " bytes"));
+    ids.push_back(call.learner.id);
+    // The received bytes go as they are copied: one copy at a time.
+    replies.push_back(Flatten(&call.reply));
   }
-  // Checked before it is sent: gRPC would fail it only after, with a message
-  // naming nobody, once the learners have trained.
-  auto too_large = [&](size_t size) {
-    if (size <= static_cast<size_t>(max_reply_bytes_)) return false;
+  // On the replies' bytes when the merge is clean, else parsed
+  // (lib/aggregation/learn_reply_merger.h). Checked against max_message_bytes
+  // before it is sent: gRPC would fail it only after, with a message naming
+  // nobody, once the learners have trained.
+  LearnReplyMerger::Result merged =
+      settings.merger.Merge(std::move(replies), ids, counts, stands_for,
+                            static_cast<size_t>(max_reply_bytes_));
+  for (const std::string& warning : merged.warnings) {
+    spdlog::warn("{}: {}", method, warning);
+  }
+  if (merged.unreadable.has_value()) {
+    const LearnerHandle& learner = calls[*merged.unreadable].learner;
+    const auto code = static_cast<grpc::StatusCode>(merged.status.code());
+    const std::string why(merged.status.message());
+    pb::FailedLearners failed;
+    AddFailedLearner(learner.id, learner.address.ToString(), code,
+                     absl::StrCat("sent ", why), &failed);
+    return WithFailedLearners(
+        grpc::Status(code,
+                     absl::StrCat(method, ": ", learner.Name(), " sent ", why)),
+        failed);
+  }
+  if (!merged.status.ok()) {
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        absl::StrCat(method, ": ", merged.status.message()));
+  }
+  if (merged.size > static_cast<size_t>(max_reply_bytes_)) {
     const std::string message = absl::StrCat(
-        method, ": the merged reply is ", size,
+        method, ": the merged reply is ", merged.size,
         " bytes, over max_message_bytes (", max_reply_bytes_,
         "); the learners trained, but their infos (",
         absl::StrJoin(shares, ", "),
         ") are too large together: raise max_message_bytes or send less info");
     spdlog::error("{}", message);
-    status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message);
-    return true;
-  };
-
-  // A clean merge is done on the replies' bytes (lib/aggregation/
-  // raw_info_merger.h); anything else is parsed and merged by InfoMerger.
-  // The flat copies go before that parse: one copy of the replies at a time.
-  {
-    std::vector<std::string> flat(calls.size());
-    std::vector<absl::string_view> bytes;
-    for (size_t i = 0; i < calls.size(); ++i) {
-      std::vector<grpc::Slice> slices;
-      if (calls[i].reply.Valid()) (void)calls[i].reply.Dump(&slices);
-      for (const grpc::Slice& slice : slices) {
-        flat[i].append(reinterpret_cast<const char*>(slice.begin()),
-                       slice.size());
-      }
-      bytes.push_back(flat[i]);
-    }
-    if (auto merged = settings.raw_merger.Merge(bytes, counts, stands_for);
-        merged.has_value()) {
-      for (size_t i = 1; i < calls.size(); ++i) {
-        WarnIfDifferent(method, "task_id", calls[0].learner,
-                        merged->task_ids[0], calls[i].learner,
-                        merged->task_ids[i]);
-        WarnIfDifferent(method, "buffer_id", calls[0].learner,
-                        merged->buffer_ids[0], calls[i].learner,
-                        merged->buffer_ids[i]);
-      }
-      if (too_large(merged->reply.size())) return status;
-      grpc::Slice slice(merged->reply.data(), merged->reply.size());
-      *reply = grpc::ByteBuffer(&slice, 1);
-      return grpc::Status::OK;
-    }
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, message);
   }
-
-  std::vector<pb::LearnReply> replies(calls.size());
-  std::vector<google::protobuf::Struct*> infos;
-  std::vector<std::string> ids;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const LearnerHandle& learner = calls[i].learner;
-    // Parsing releases the received bytes: one copy at a time.
-    if (grpc::Status parsed = ParseLearnReply(&calls[i].reply, &replies[i]);
-        !parsed.ok()) {
-      pb::FailedLearners failed;
-      AddFailedLearner(learner.id, learner.address.ToString(),
-                       parsed.error_code(),
-                       absl::StrCat("sent ", parsed.error_message()), &failed);
-      return WithFailedLearners(
-          grpc::Status(parsed.error_code(),
-                       absl::StrCat(method, ": ", learner.Name(), " sent ",
-                                    parsed.error_message())),
-          failed);
-    }
-    infos.push_back(replies[i].mutable_info());
-    ids.push_back(learner.id);
-    WarnIfDifferent(method, "task_id", calls[0].learner, replies[0].task_id(),
-                    learner, replies[i].task_id());
-    WarnIfDifferent(method, "buffer_id", calls[0].learner,
-                    replies[0].buffer_id(), learner, replies[i].buffer_id());
-  }
-  auto merged = settings.merger.Merge(infos, ids, counts, stands_for);
-  if (!merged.ok()) {
-    return grpc::Status(grpc::StatusCode::INTERNAL,
-                        absl::StrCat(method, ": ", merged.status().message()));
-  }
-  for (const std::string& warning : merged->warnings) {
-    spdlog::warn("{}: {}", method, warning);
-  }
-  pb::LearnReply out;
-  out.set_task_id(replies[0].task_id());
-  out.set_buffer_id(replies[0].buffer_id());
-  *out.mutable_info() = std::move(merged->info);
-  if (too_large(out.ByteSizeLong())) return status;
-  bool own_buffer = false;
-  return grpc::SerializationTraits<pb::LearnReply>::Serialize(out, reply,
-                                                              &own_buffer);
+  *reply = ToByteBuffer(std::move(merged.reply));
+  return grpc::Status::OK;
 }
 
 }  // namespace aggregator

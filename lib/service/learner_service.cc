@@ -25,7 +25,7 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
 
 void LearnerService::SetConfig(const ServiceConfig& config) {
   auto settings = std::make_shared<const Settings>(
-      Settings{config, InfoMerger(config.merge), RawInfoMerger(config.merge),
+      Settings{config, LearnReplyMerger(config.merge),
                config.max_inflight_bytes.value_or(memory_.bytes / 4)});
   membership_.SetPolicy(config.on_learner_failure);
   MutexLock lock(&mu_);

@@ -11,7 +11,7 @@
 //   returns;
 // - Learn checks the plan (latest, same learners, same sample count), sends
 // slice i to
-//   learner i and merges the infos (lib/aggregation/info_merger.h);
+//   learner i and merges the infos (lib/aggregation/learn_reply_merger.h);
 // - LearnStream does what Learn does for a batch that arrives as a stream,
 //   sending each learner its slice as soon as the slice has arrived
 //   (lib/aggregation/stream_splitter.h, lib/learners/slice_sender.h).
@@ -34,8 +34,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "lib/aggregation/info_merger.h"
-#include "lib/aggregation/raw_info_merger.h"
+#include "lib/aggregation/learn_reply_merger.h"
 #include "lib/aggregation/split_planner.h"
 #include "lib/base/clock.h"
 #include "lib/base/memory_limit.h"
@@ -144,8 +143,7 @@ class LearnerService final
  private:
   struct Settings {
     ServiceConfig config;
-    InfoMerger merger;
-    RawInfoMerger raw_merger;    // for clean merges; merger for the rest
+    LearnReplyMerger merger;
     int64_t max_inflight_bytes;  // "auto" resolved
   };
   std::shared_ptr<const Settings> settings() const;

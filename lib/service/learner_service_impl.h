@@ -1,7 +1,7 @@
 // What the files of LearnerService share (learner_service.cc, admission.cc,
 // get_data_call.cc, learn_call.cc, learn_stream_call.cc): the templates that
-// relay a call to the learners and summarize their answers, and the helpers of
-// their log lines. Private to the service's library.
+// relay a call to the learners and summarize their answers, and the json log's
+// fields of a learner. Private to the service's library.
 #ifndef LIB_SERVICE_LEARNER_SERVICE_IMPL_H_
 #define LIB_SERVICE_LEARNER_SERVICE_IMPL_H_
 
@@ -28,16 +28,6 @@ namespace aggregator {
 inline ScopedLogFields LearnerFields(const LearnerHandle& learner) {
   return ScopedLogFields(
       {{"learner", learner.id}, {"address", learner.address.ToString()}});
-}
-
-template <typename T>
-void WarnIfDifferent(const char* method, const char* field,
-                     const LearnerHandle& first, const T& first_value,
-                     const LearnerHandle& other, const T& other_value) {
-  if (first_value == other_value) return;
-  spdlog::warn(
-      "{}: learners disagree on {}: {} sent '{}', {} sent '{}'; kept {}'s",
-      method, field, first.id, first_value, other.id, other_value, first.id);
 }
 
 template <typename Request, typename Reply>
