@@ -27,6 +27,29 @@ def test_config() -> str:
 
 
 class CartpoleDqnTest(unittest.TestCase):
+    def test_a_replayed_start_task_keeps_the_replicas_state(self):
+        # The aggregator replays the open task to a replica that reconnects (a SIGSTOP
+        # past the keepalive): it must not start over (fault_run.py --train lost a run's
+        # 4,600 steps when the replica with them was killed meanwhile).
+        sys.path.insert(0, os.path.dirname(COORDINATOR))
+        from dqn import DQNLearner, encode_transition, state_sha256
+        from learner_aggregator import Sample
+        info = {"task_id": "t", "seed": 1, "checkpoint": os.path.join(testutil.temp_dir(), "w.pt")}
+        learner = DQNLearner(batch_size=4)
+        learner.start_task(dict(info))
+        samples = [Sample(encode_transition([0.1, 0, 0, 0], i % 2, 1.0, [0.2, 0, 0, 0], False),
+                          {"replay_unique_id": i, "weight": 1.0}) for i in range(4)]
+        for _ in range(3):
+            trained = learner.learn(samples)["weights_sha256"]
+        message = learner.start_task(dict(info))
+        self.assertIn("already on this task, at step 3", message)
+        self.assertEqual(learner.step, 3)
+        self.assertEqual(state_sha256(learner.q), trained)
+        self.assertEqual(learner.learn(samples)["learner_step"], 4)
+        # Another task (a new run: its own checkpoint) starts over.
+        learner.start_task(dict(info, checkpoint=info["checkpoint"] + ".2"))
+        self.assertEqual(learner.step, 0)
+
     def test_short_run_through_the_aggregator(self):
         daemon = testutil.Daemon(test_config())
         self.addCleanup(daemon.stop)

@@ -229,6 +229,7 @@ def train(args: argparse.Namespace) -> Dict[str, Any]:
         "lost_steps": lost_steps, "member_counts": sorted(members),
         "membership_generations": len(generations), "learner_changes": changes,
         "episode_returns": episodes, "episode_monotonic": episode_times,
+        "started_monotonic": started,
     }
     if args.plot:
         plot(episodes, args, summary)

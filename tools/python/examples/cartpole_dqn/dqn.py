@@ -107,6 +107,14 @@ class DQNLearner:
         return {"gpus": 0, "learners": 1}
 
     def start_task(self, info: Dict[str, Any]) -> str:
+        if self.q is not None and info == self.task:
+            # The aggregator replays the open task to a learner that comes back (its
+            # connection dropped, e.g. by the keepalive while the process was stopped):
+            # the same task (the checkpoint path is the run's own) keeps what this replica
+            # trained. Starting over would lose the run's state if the other replicas
+            # were lost meanwhile, and write an older weights version.
+            return (f"replica {self.rank}/{self.world_size} already on this task, at step "
+                    f"{self.step}, weights {state_sha256(self.q)[:12]}")
         torch.manual_seed(int(info.get("seed", 0)))  # the same initial weights everywhere
         self.task = info
         self.q = make_q_network(int(info.get("hidden", 128)))

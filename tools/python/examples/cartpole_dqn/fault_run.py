@@ -11,11 +11,11 @@ It starts aggregatord (bazel-bin/daemon/aggregatord, or --aggregatord) on the ex
 config with free ports, waits for the three replicas, and drives them: by default a
 coordinator stepping GetData + Learn as fast as it can on random CartPole transitions;
 with --train the real DQN coordinator (coordinator.py --elastic) until it reaches its
-target. Faults start after --warmup-steps steps and --warmup seconds. At each fault a replica that an
-earlier SIGSTOP froze is SIGCONTed (after the new fault's signal, so it comes back
-while another is hung); a SIGSTOP takes the next replica in turn, a SIGKILL the next
-one in the group that is not the one just continued. Signals go to the worker's
-process group, as a frozen or lost host would take the whole learner.
+target. Faults start after --warmup-steps steps and --warmup seconds. At each fault a
+replica that an earlier SIGSTOP froze is SIGCONTed (after the new fault's signal, so it
+comes back while another is hung); a SIGSTOP takes the next replica in turn, a SIGKILL
+the next one in the group that is not the one just continued. Signals go to the
+worker's process group, as a frozen or lost host would take the whole learner.
 
 Per fault it reports, from the coordinator's steps (a step: GetData, then Learn):
   next Learn   fault -> the end of the first successful Learn of a step begun after it
@@ -74,7 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "the stepping loop")
     p.add_argument("--seed", type=int, default=0, help="--train: the coordinator's seed")
     p.add_argument("--max-env-steps", type=int, default=100_000, help="--train")
-    p.add_argument("--plot", help="--train: PNG of return against env steps, faults marked")
+    p.add_argument("--plot", help="--train: PNG of return against env steps and seconds, "
+                   "faults marked")
+    p.add_argument("--replot", metavar="REPORT", help="only draw --plot again from the --json "
+                   "REPORT of a --train run")
     p.add_argument("--aggregatord", help="default: bazel-bin/daemon/aggregatord, else "
                    "daemon/aggregatord (runfiles)")
     p.add_argument("--config-edit", action="append", default=[], metavar="REGEX=TEXT",
@@ -472,39 +475,49 @@ def run_training(args, daemon, injector, events) -> Dict[str, Any]:
 
 
 def plot_training(path: str, summary: Dict[str, Any], faults: List[Dict[str, Any]]) -> None:
+    """Return against env steps (as the coordinator's plot) and against seconds: while
+    too few replicas are in the plans the actor goes on stepping untrained, fast, so
+    the steps axis stretches those moments and the seconds axis shows what they cost."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     episodes = summary["episode_returns"]
     times = summary["episode_monotonic"]
+    started = summary.get("started_monotonic", times[0])
     steps = [s for s, _ in episodes]
     returns = [r for _, r in episodes]
     window = 20
     means = [np.mean(returns[max(0, i - window + 1):i + 1]) for i in range(len(returns))]
-    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=100)
-    ax.plot(steps, returns, ".", alpha=0.35, label="episode return")
-    ax.plot(steps, means, "-", label=f"mean of last {window}")
-    ax.axhline(195, color="gray", linestyle="--", label="195")
-    styles = {"stop": ("tab:orange", "--", "SIGSTOP (and SIGCONT of the last)"),
-              "kill": ("tab:red", "-", "SIGKILL"), "cont": ("tab:green", ":", "SIGCONT")}
-    labelled = set()
-    for fault in faults:
-        if not times or fault["at"] > times[-1]:
-            continue
-        at = float(np.interp(fault["at"], times, steps))  # env step at the fault's time
-        color, style, label = styles[fault["kind"]]
-        ax.axvline(at, color=color, linestyle=style, alpha=0.7,
-                   label=None if fault["kind"] in labelled else label)
-        labelled.add(fault["kind"])
-        ax.annotate(fault["victim"], (at, 5), color=color, fontsize=7, rotation=90,
-                    va="bottom", ha="right")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("return")
-    stops = sum(1 for f in faults if f["kind"] == "stop" and f["at"] <= times[-1])
-    kills = sum(1 for f in faults if f["kind"] == "kill" and f["at"] <= times[-1])
-    ax.set_title(f"Elastic CartPole DQN, 3 replicas, {stops} SIGSTOPs and {kills} SIGKILLs: "
-                 f"{summary['env_steps']} steps, {summary['wall_seconds']:.0f} s")
-    ax.legend(loc="upper left", fontsize=8)
+    seconds = [t - started for t in times]
+    shown = [f for f in faults if f["at"] <= times[-1]]
+    fig, axes = plt.subplots(2, 1, figsize=(9, 8), dpi=100)
+    styles = {"stop": ("tab:orange", "--", "SIGSTOP (the last one SIGCONTed)"),
+              "kill": ("tab:red", "-", "SIGKILL (the stopped one SIGCONTed)"),
+              "cont": ("tab:green", ":", "SIGCONT")}
+    for ax, xs, where in ((axes[0], steps, lambda t: float(np.interp(t, times, steps))),
+                          (axes[1], seconds, lambda t: t - started)):
+        ax.plot(xs, returns, ".", alpha=0.35, label="episode return")
+        ax.plot(xs, means, "-", label=f"mean of last {window}")
+        ax.axhline(195, color="gray", linestyle="--", label="195")
+        labelled = set()
+        for n, fault in enumerate(shown):
+            at = where(fault["at"])
+            color, style, label = styles[fault["kind"]]
+            ax.axvline(at, color=color, linestyle=style, alpha=0.7,
+                       label=None if fault["kind"] in labelled else label)
+            labelled.add(fault["kind"])
+            ax.annotate(fault["victim"][-1], (at, 2 + 14 * (n % 2)), color=color, fontsize=7,
+                        ha="right")
+        ax.set_ylabel("return")
+        ax.legend(loc="upper left", fontsize=8)
+    axes[0].set_xlabel("environment steps (the fault's replica: its index)")
+    axes[1].set_xlabel("seconds")
+    stops = sum(1 for f in shown if f["kind"] == "stop")
+    kills = sum(1 for f in shown if f["kind"] == "kill")
+    reached = "195" if summary["solved"] else "not 195"
+    axes[0].set_title(f"Elastic CartPole DQN, 3 replicas, {stops} SIGSTOPs and {kills} SIGKILLs:\n"
+                      f"{reached} after {summary['env_steps']} env steps, "
+                      f"{summary['train_steps']} training steps, {summary['wall_seconds']:.0f} s")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -512,6 +525,12 @@ def plot_training(path: str, summary: Dict[str, Any], faults: List[Dict[str, Any
 
 def main() -> None:
     args = parse_args()
+    if args.replot:
+        with open(args.replot) as f:
+            report = json.load(f)
+        with open(report["summary"]) as f:
+            plot_training(args.plot, json.load(f), report["faults"])
+        return
     if args.train:
         args.duration = 24 * 3600.0  # faults until the coordinator ends
     events = schedule_of(args)
@@ -556,6 +575,7 @@ def main() -> None:
         report["training"] = {k: v for k, v in summary.items()
                               if k not in ("episode_returns", "episode_monotonic", "lost_steps")}
         report["training"]["lost_steps"] = len(summary["lost_steps"])
+        report["summary"] = os.path.join(args.dir, "summary.json")
         print(json.dumps(report["training"], indent=2))
         if args.plot:
             plot_training(args.plot, summary, injector.faults)
