@@ -597,8 +597,10 @@ void AggregatorServer::Shutdown(
   // It is stopped, not destroyed: a hook already past its shutting_down_ check
   // (a worker's status change reading Summary()) still finds it, empty.
   // ThreadSanitizer found the reset racing with such a read. The sources
-  // stop first: their refreshes feed the pool.
+  // stop first: their refreshes feed the pool. So do the task replays: one
+  // left on a learner's channel held the pool's Stop up for a second.
   discovery_->Stop();
+  learner_service_->StopReplays();
   pool_->Stop();
   // Each worker gets its own stop_timeout between SIGTERM and SIGKILL.
   std::chrono::milliseconds longest_stop(0);

@@ -1,5 +1,6 @@
-// LearnerService::GetData: the task replayed to learners that joined, then the
-// demands summed into a plan (lib/aggregation/split_planner.h).
+// LearnerService::GetData: the demands of the learners in the plans summed
+// into a plan (lib/aggregation/split_planner.h). Learners that joined get the
+// task replayed by the rejoin step (lib/service/rejoin_step.h), not here.
 #include <memory>
 #include <string>
 #include <utility>
@@ -37,35 +38,12 @@ grpc::ServerUnaryReactor* LearnerService::GetData(
   if (!Enter(context, call.reactor, call.method, &call.path)) {
     return call.reactor;
   }
-  Membership::View view =
-      membership_.Select(pool_->Ready(), /*claim_replays=*/true);
-  if (view.to_replay.empty()) {
-    PlanGetData(call, std::move(view), *request, reply);
-    return call.reactor;
-  }
-  // Learners that join while a task is open get it first; those whose replay
-  // fails stay out of this plan (and the next, until they are tried again).
-  FanOut<pb::StartTaskRequest, pb::StartTaskReply>(
-      context, call.settings->config.call_timeout, call.path, view.to_replay,
-      {*view.task}, &StartTaskCall,
-      [this, call, request = *request, reply](auto& calls) {
-        for (const auto& replay : calls) {
-          Record("StartTask", replay);
-          membership_.ReplayEnded(replay.learner);
-          if (replay.status.ok()) {
-            membership_.Rejoined(replay.learner);
-            ScopedLogFields fields = LearnerFields(replay.learner);
-            spdlog::info("learner {} rejoins the plans: the task was replayed",
-                         replay.learner.Name());
-          } else {
-            MarkFailed(replay.learner,
-                       absl::StrCat("StartTask replay failed: ",
-                                    CodeName(replay.status.error_code()), ": ",
-                                    replay.status.error_message()));
-          }
-        }
-        PlanGetData(call, membership_.Select(pool_->Ready()), request, reply);
-      });
+  // Learners that join while a task is open are in no plan until the rejoin
+  // step has replayed the task to them: this call does not wait for that
+  // (issue 28), it only asks for the step now.
+  Membership::View view = membership_.Select(pool_->Ready());
+  if (!view.to_replay.empty()) rejoin_->Kick();
+  PlanGetData(call, std::move(view), *request, reply);
   return call.reactor;
 }
 

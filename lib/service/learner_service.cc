@@ -21,6 +21,32 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
       memory_(ProcessMemoryLimit()),
       late_(options.clock, options.metrics) {
   SetConfig(config);
+  // After SetConfig: its steps read the settings.
+  rejoin_ =
+      std::make_unique<RejoinStep>(&membership_, options.clock, RejoinHooks());
+}
+
+RejoinStep::Hooks LearnerService::RejoinHooks() {
+  RejoinStep::Hooks hooks;
+  hooks.ready = [this] { return pool_->Ready(); };
+  hooks.enter = [this] {
+    MutexLock lock(&mu_);
+    if (draining_) return false;
+    ++in_flight_;
+    return true;
+  };
+  hooks.leave = [this] { Leave(); };
+  hooks.timeout = [this] { return settings()->config.call_timeout; };
+  // Made by this aggregator, on behalf of no caller.
+  if (!aggregator_id_.empty())
+    hooks.call_path = OutgoingPath({}, aggregator_id_);
+  hooks.record = [this](const RejoinStep::Replay& replay) {
+    Record("StartTask", replay);
+  };
+  hooks.failed = [this](const LearnerHandle& learner, const std::string& why) {
+    MarkFailed(learner, why);
+  };
+  return hooks;
 }
 
 void LearnerService::SetConfig(const ServiceConfig& config) {
@@ -101,7 +127,7 @@ pb::FailedLearners LearnerService::Missing() const {
 absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
     const char* method, const Settings& settings) {
   Membership::View view = membership_.Select(pool_->Ready());
-  // Those awaiting the task's replay count: they join at the next GetData.
+  // Those awaiting the task's replay count: they join once it succeeded.
   std::vector<LearnerHandle> learners = std::move(view.members);
   for (LearnerHandle& learner : view.to_replay) {
     learners.push_back(std::move(learner));

@@ -16,6 +16,9 @@
 //   sending each learner its slice as soon as the slice has arrived
 //   (lib/aggregation/stream_splitter.h, lib/learners/slice_sender.h).
 // Every failure is a prompt gRPC error naming the learner(s) and the cause.
+// Learners that come back while a task is open have it replayed by a step of
+// their own (lib/service/rejoin_step.h), never inside a call, and join the
+// next plan once it succeeded.
 // Calls that loop back through this aggregator, or pass through too many, are
 // refused before anything is sent (lib/learners/call_path.h).
 //
@@ -46,6 +49,7 @@
 #include "lib/service/inflight_budget.h"
 #include "lib/service/late_answers.h"
 #include "lib/service/membership.h"
+#include "lib/service/rejoin_step.h"
 #include "lib/service/straggler_watch.h"
 #include "proto/learner.grpc.pb.h"
 
@@ -105,6 +109,9 @@ class LearnerService final
     late_.Collect(learners);
   }
 
+  // The learners whose task replay is in flight now (RejoinStep).
+  std::vector<std::string> Replaying() const { return rejoin_->Replaying(); }
+
   // Bytes of LearnStream batches received and not yet passed to a learner's
   // connection, now and at most since the start.
   struct Buffered {
@@ -117,6 +124,10 @@ class LearnerService final
   void StartDraining();
   // Waits until no call is in flight or the deadline passes; true when none is.
   bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  // At shutdown, before the pool stops: no more task replays, those in
+  // flight cancelled and ended (a call left on a learner's channel holds up
+  // the pool's Stop).
+  void StopReplays() { rejoin_->Stop(); }
 
   grpc::ServerUnaryReactor* GetResource(
       grpc::CallbackServerContext* context,
@@ -261,6 +272,9 @@ class LearnerService final
               const grpc::Status& status);
   // Moves the LearnStream bytes buffered by `delta`.
   void AddBuffered(int64_t delta);
+  // What the rejoin step needs of the service: the ready learners, the
+  // in-flight count, call_timeout, the records and MarkFailed.
+  RejoinStep::Hooks RejoinHooks();
 
   LearnerPool* const pool_;
   AggregatorMetrics* const metrics_;
@@ -279,6 +293,9 @@ class LearnerService final
   std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Replays the task to learners that are back (issue 28). Last: gone
+  // first, its replays cancelled and ended while the rest is still here.
+  std::unique_ptr<RejoinStep> rejoin_;
 };
 
 }  // namespace aggregator

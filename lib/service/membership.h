@@ -8,8 +8,8 @@
 //   that doubles while it keeps failing;
 // - while a task is open (StartTask succeeded, no CloseTask since), a learner
 //   that joins (new, reconnected, or back from out) first gets the task's
-//   StartTask replayed: it is "rejoining" until then, and stays out if the
-//   replay fails;
+//   StartTask replayed (by lib/service/rejoin_step.h): it is "rejoining"
+//   until then, and stays out if the replay fails;
 // - every change of the member set bumps `generation`, which GetData and
 //   Learn carry to the learners (proto Membership), so learners training
 //   data-parallel can re-form their group.
@@ -71,9 +71,10 @@ class Membership {
   OnLearnerFailure policy() const;
 
   // `ready` in pool order. Bumps the generation when the members changed.
-  // With `claim_replays` (the call will replay the task to view.to_replay)
-  // the learners in to_replay are claimed until ReplayEnded: other Selects
-  // list them in `replaying` meanwhile. Without, to_replay only tells.
+  // With `claim_replays` (the caller, the rejoin step, will replay the task
+  // to view.to_replay) the learners in to_replay are claimed until
+  // ReplayEnded: other Selects list them in `replaying` meanwhile. Without,
+  // to_replay only tells.
   View Select(const std::vector<LearnerHandle>& ready,
               bool claim_replays = false);
 

@@ -1,0 +1,134 @@
+#include "lib/service/rejoin_step.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/grpc_status.h"
+#include "lib/ops/logging.h"
+
+namespace aggregator {
+
+constexpr std::chrono::milliseconds RejoinStep::kPeriod;
+
+RejoinStep::RejoinStep(Membership* membership, Clock* clock, Hooks hooks)
+    : membership_(membership), hooks_(std::move(hooks)), timers_(clock) {
+  MutexLock lock(&state_->mu);
+  state_->next =
+      timers_.Schedule(timers_.clock().Now() + kPeriod, [this] { Step(); });
+}
+
+RejoinStep::~RejoinStep() { Stop(); }
+
+void RejoinStep::Stop() {
+  std::vector<std::shared_ptr<Pending>> pending;
+  {
+    MutexLock lock(&state_->mu);
+    state_->stopping = true;
+    if (state_->next != 0) timers_.Cancel(state_->next);
+    for (const auto& [id, replay] : state_->replays) pending.push_back(replay);
+  }
+  // Outside the lock: a cancelled call's callback takes it.
+  for (const auto& replay : pending) replay->call.context->TryCancel();
+  MutexLock lock(&state_->mu);
+  // Evaluated by the Mutex with state_->mu held.
+  auto idle = [state = state_.get()]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return state->replays.empty();
+  };
+  // A cancelled call ends promptly; its callback uses this until then.
+  while (
+      !state_->mu.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(1))) {
+    spdlog::warn("stopping: waiting for {} cancelled StartTask replay(s)",
+                 state_->replays.size());
+  }
+}
+
+void RejoinStep::Kick() {
+  MutexLock lock(&state_->mu);
+  if (state_->stopping) return;
+  if (state_->next != 0) timers_.Cancel(state_->next);
+  state_->next = timers_.Schedule(timers_.clock().Now(), [this] { Step(); });
+}
+
+std::vector<std::string> RejoinStep::Replaying() const {
+  MutexLock lock(&state_->mu);
+  std::vector<std::string> ids;
+  for (const auto& [id, replay] : state_->replays) ids.push_back(id);
+  return ids;
+}
+
+void RejoinStep::Step() {
+  {
+    MutexLock lock(&state_->mu);
+    if (state_->stopping) return;
+    state_->next = 0;  // a Kick meanwhile schedules the next step
+  }
+  Membership::View view =
+      membership_->Select(hooks_.ready(), /*claim_replays=*/true);
+  for (const LearnerHandle& learner : view.to_replay) {
+    if (!Start(learner, *view.task)) membership_->ReplayEnded(learner);
+  }
+  MutexLock lock(&state_->mu);
+  if (state_->stopping || state_->next != 0) return;
+  state_->next =
+      timers_.Schedule(timers_.clock().Now() + kPeriod, [this] { Step(); });
+}
+
+bool RejoinStep::Start(const LearnerHandle& learner,
+                       const aggregator::v1::StartTaskRequest& task) {
+  auto pending = std::make_shared<Pending>();
+  pending->task = task;
+  pending->call.learner = learner;
+  pending->call.context = NewLearnerContext(
+      nullptr, std::chrono::system_clock::now() + hooks_.timeout(),
+      hooks_.call_path);
+  {
+    MutexLock lock(&state_->mu);
+    // Counted in under the lock the destructor sets stopping under: none
+    // starts once it waits.
+    if (state_->stopping || !hooks_.enter()) return false;
+    state_->replays[learner.id] = pending;
+  }
+  spdlog::debug("learner {}: replaying the task (StartTask) before it rejoins",
+                learner.Name());
+  pending->call.started = std::chrono::steady_clock::now();
+  // The callback holds the state, not the step: it may end after the
+  // destructor's wait only by what it does on the state.
+  learner.stub->async()->StartTask(
+      pending->call.context.get(), &pending->task, &pending->call.reply,
+      [this, pending, state = state_](grpc::Status status) {
+        pending->call.finished = std::chrono::steady_clock::now();
+        pending->call.status = std::move(status);
+        Ended(*pending);
+        hooks_.leave();
+        MutexLock lock(&state->mu);
+        state->replays.erase(pending->call.learner.id);
+      });
+  return true;
+}
+
+void RejoinStep::Ended(Pending& pending) {
+  const Replay& replay = pending.call;
+  hooks_.record(replay);
+  membership_->ReplayEnded(replay.learner);
+  {
+    MutexLock lock(&state_->mu);
+    // Cancelled by Stop: says nothing of the learner.
+    if (state_->stopping) return;
+  }
+  ScopedLogFields fields({{"learner", replay.learner.id},
+                          {"address", replay.learner.address.ToString()}});
+  if (replay.status.ok()) {
+    membership_->Rejoined(replay.learner);
+    spdlog::info("learner {} rejoins the plans: the task was replayed",
+                 replay.learner.Name());
+    return;
+  }
+  hooks_.failed(replay.learner,
+                absl::StrCat("StartTask replay failed: ",
+                             CodeName(replay.status.error_code()), ": ",
+                             replay.status.error_message()));
+}
+
+}  // namespace aggregator

@@ -1,0 +1,104 @@
+// RejoinStep: a learner that is ready again (new, reconnected, back from out)
+// while a task is open has the task's StartTask replayed by a step of its own
+// (issue 28, rejoin off the call path), every kPeriod and whenever a call
+// asks (Kick), and joins the next plan once the replay succeeded. No replay
+// waits for another learner's call, nor another learner's replay: each is a
+// call of its own, bounded by call_timeout, and counted as a call in flight
+// (Hooks::enter), so shutdown waits for it and draining starts none.
+//
+// Thread-safety: all methods may be called concurrently.
+#ifndef LIB_SERVICE_REJOIN_STEP_H_
+#define LIB_SERVICE_REJOIN_STEP_H_
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "lib/base/clock.h"
+#include "lib/base/mutex.h"
+#include "lib/learners/fan_out.h"
+#include "lib/learners/learner_pool.h"
+#include "lib/service/membership.h"
+#include "lib/service/timer_thread.h"
+#include "proto/learner.grpc.pb.h"
+
+namespace aggregator {
+
+class RejoinStep {
+ public:
+  static constexpr std::chrono::milliseconds kPeriod{100};
+
+  using Replay = LearnerCall<aggregator::v1::StartTaskRequest,
+                             aggregator::v1::StartTaskReply>;
+  struct Hooks {
+    // The ready learners, in pool order.
+    std::function<std::vector<LearnerHandle>()> ready;
+    // Counts a replay in as a call in flight; false (draining): none starts.
+    std::function<bool()> enter;
+    // Counts it out, once it has ended and been recorded.
+    std::function<void()> leave;
+    // How long a replay may take (call_timeout).
+    std::function<std::chrono::milliseconds()> timeout;
+    // What a replay carries as its call path (lib/learners/call_path.h).
+    std::string call_path;
+    // Records a replay that ended (metrics, the pool's counters).
+    std::function<void(const Replay&)> record;
+    // A replay failed: the learner stays out (on_learner_failure: shrink).
+    std::function<void(const LearnerHandle&, const std::string& why)> failed;
+  };
+
+  // `membership` must outlive this. `clock` (null: the steady clock) times
+  // the steps.
+  RejoinStep(Membership* membership, Clock* clock, Hooks hooks);
+  // Stop().
+  ~RejoinStep();
+  RejoinStep(const RejoinStep&) = delete;
+  RejoinStep& operator=(const RejoinStep&) = delete;
+
+  // A step now (a call saw a learner waiting for its replay).
+  void Kick();
+  // Stops the steps, cancels the replays in flight and waits until they have
+  // ended. Idempotent.
+  void Stop();
+
+  // The learners whose replay is in flight now.
+  std::vector<std::string> Replaying() const;
+
+ private:
+  // One replay in flight.
+  struct Pending {
+    aggregator::v1::StartTaskRequest task;
+    Replay call;
+  };
+  // What a replay's callback may still touch once the replay is counted out:
+  // shared, so the lock outlives the step's destructor's wait.
+  struct State {
+    Mutex mu;
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    TimerThread::Id next ABSL_GUARDED_BY(mu) = 0;  // the next step's timer
+    // By learner id (one at a time per learner: Membership's claim).
+    std::map<std::string, std::shared_ptr<Pending>> replays ABSL_GUARDED_BY(mu);
+  };
+
+  // Replays the task to each learner Membership hands out, then schedules
+  // the next step. On the timer thread.
+  void Step();
+  // Starts the replay to `learner`, counted in; false when none may start.
+  bool Start(const LearnerHandle& learner,
+             const aggregator::v1::StartTaskRequest& task);
+  // The replay ended (on a gRPC thread): recorded, the learner in or out.
+  void Ended(Pending& pending);
+
+  Membership* const membership_;
+  const Hooks hooks_;
+  const std::shared_ptr<State> state_ = std::make_shared<State>();
+  TimerThread timers_;  // last: stopped before the rest goes
+};
+
+}  // namespace aggregator
+
+#endif  // LIB_SERVICE_REJOIN_STEP_H_
