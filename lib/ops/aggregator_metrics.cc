@@ -191,9 +191,11 @@ AggregatorMetrics::AggregatorMetrics()
       tls_handshake_failures_(
           prometheus::BuildCounter()
               .Name("aggregator_tls_handshake_failures_total")
-              .Help("TLS handshakes that failed on the daemon's listeners "
-                    "(a peer that is not a TLS client, a refused "
-                    "certificate); gRPC logs the first 5 a 10 s.")
+              .Help("TLS handshakes that failed, both ways: on the "
+                    "listeners (a peer that is not a TLS client, a refused "
+                    "client certificate) and to learners (a certificate "
+                    "learner_tls does not trust); gRPC logs the first 5 a "
+                    "10 s.")
               .Register(*registry_)
               .Add({})) {
   reload_successful_.Set(1);

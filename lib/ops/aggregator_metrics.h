@@ -35,10 +35,13 @@
 //                                                        failed to it
 //     (`source`: LearnerSourceKey, which its settings' changes keep; a
 //     source's series go with it)
-//   aggregator_tls_handshake_failures_total    TLS handshakes that failed on
-//                                              the listeners (peers that are
-//                                              not TLS clients, refused
-//                                              certificates)
+//   aggregator_tls_handshake_failures_total    TLS handshakes that failed,
+//                                              both ways: on the listeners
+//                                              (peers that are not TLS
+//                                              clients, refused client
+//                                              certificates) and to learners
+//                                              (a certificate learner_tls
+//                                              does not trust)
 //   aggregator_build_info{version}             always 1
 //
 // Thread-safety: every method may be called from any thread; collectors run on

@@ -40,9 +40,11 @@ absl::Status ConfigureLogging(const std::string& level,
                               const std::string& format = "text");
 
 // TLS handshakes gRPC reported failed since the start (its "Handshake failed
-// ..." error lines: a peer that is not a TLS client, a refused certificate),
-// counted whatever the log level and however many lines were written. Counted
-// once ConfigureLogging has run.
+// ..." error lines), both ways: on the listeners (a peer that is not a TLS
+// client, a refused client certificate) and to learners (a certificate
+// learner_tls does not trust); gRPC's lines do not say which. Counted whatever
+// the log level and however many lines were written, once ConfigureLogging
+// has run.
 uint64_t TlsHandshakeFailures();
 
 // ScopedLogFields (lib/base/log_fields.h) sets the structured fields.

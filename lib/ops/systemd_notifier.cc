@@ -4,14 +4,45 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 namespace aggregator {
+namespace {
+
+// A decimal that fills `text` whole, above 0.
+std::optional<uint64_t> PositiveNumber(const char* text) {
+  if (text == nullptr || text[0] < '0' || text[0] > '9') return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long value = strtoull(text, &end, 10);
+  if (errno != 0 || *end != '\0' || value == 0) return std::nullopt;
+  return value;
+}
+
+// sd_watchdog_enabled(3)'s reading of the environment, here rather than from
+// libsystemd: linking it loaded 7 shared objects (libsystemd, libgcrypt,
+// libcap, liblzma, libzstd, liblz4, libgpg-error) that ld.so relocates
+// before aggregatord can block its signals (issue 26 item 17). WATCHDOG_USEC,
+// for this process if WATCHDOG_PID names another.
+std::optional<uint64_t> WatchdogUsec() {
+  const std::optional<uint64_t> usec = PositiveNumber(getenv("WATCHDOG_USEC"));
+  if (!usec) return std::nullopt;
+  if (const char* pid = getenv("WATCHDOG_PID"); pid != nullptr) {
+    const std::optional<uint64_t> owner = PositiveNumber(pid);
+    if (!owner || *owner != static_cast<uint64_t>(getpid())) {
+      return std::nullopt;
+    }
+  }
+  return usec;
+}
+
+}  // namespace
 
 SystemdNotifier::SystemdNotifier() {
   const char* socket_path = getenv("NOTIFY_SOCKET");
@@ -27,9 +58,8 @@ SystemdNotifier::SystemdNotifier() {
     address_ = address;
     fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   }
-  uint64_t usec = 0;
-  if (sd_watchdog_enabled(/*unset_environment=*/0, &usec) > 0 && usec > 0) {
-    watchdog_interval_ = std::chrono::microseconds(usec / 2);
+  if (const std::optional<uint64_t> usec = WatchdogUsec()) {
+    watchdog_interval_ = std::chrono::microseconds(*usec / 2);
   }
 }
 

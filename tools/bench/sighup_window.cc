@@ -6,12 +6,16 @@
 // starts it killed (one survives when SIGHUP is blocked and stays pending; it
 // is then SIGKILLed).
 //
-//   bazel run //tools:sighup_window -- [--runs N] [--daemon PATH]
-//       [--delays 0,1,2,5,...]
+//   bazel run //tools:sighup_window -- [--runs N] [--daemon PATH]...
+//       [--delays 0,1,2,5,...] [--probe]
+// With --daemon given more than once, the binaries are started in turn at
+// every delay (one column each), so they are compared under the same load.
 // Prints the load average beside the table: the window grows with the load,
 // as ld.so's loading and relocating and the libraries' initialisers wait for
-// the CPU. (SigBlk in /proc is no reading of it: glibc's pthread_create blocks
-// every signal for a moment, so it shows SIGHUP blocked while it is not yet.)
+// the CPU. --probe times each start until SigBlk in /proc shows SIGHUP
+// blocked instead (TimeToBlock: a sound reading only since the mask is set in
+// .preinit_array, before any thread exists; glibc's pthread_create blocks
+// every signal for a moment).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -25,8 +29,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,6 +119,78 @@ bool KilledAt(const std::vector<std::string>& argv, Clock::duration delay) {
   return died && WIFSIGNALED(status) && WTERMSIG(status) == SIGHUP;
 }
 
+// The probe: how long after exec the daemon had SIGHUP blocked. Polls SigBlk
+// in /proc/PID/status: before main.cc's .preinit_array no thread exists (the
+// only other thing that blocks it, for a moment, is pthread_create), so the
+// first reading with SIGHUP blocked comes after .preinit_array ran (late by
+// one reading, some microseconds). With it, from /proc/PID/schedstat, the CPU
+// time the daemon had used by then and the time it had waited for a CPU, and
+// from /proc/PID/stat its page faults: the window is the first (the kernel's
+// exec, ld.so's loading and relocating) stretched by the second (the load).
+// Those three are read just after the reading that saw SIGHUP blocked, while
+// the daemon runs on: upper bounds.
+struct Blocked {
+  bool ok = false;
+  double ms = 0;
+  double cpu_ms = 0;
+  double wait_ms = 0;
+  double faults = 0;
+};
+
+bool SighupBlocked(pid_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/status", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char text[4096];
+  const ssize_t size = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (size <= 0) return false;
+  text[size] = '\0';
+  const char* line = std::strstr(text, "SigBlk:");
+  if (line == nullptr) return false;
+  const unsigned long long mask = std::strtoull(line + 7, nullptr, 16);
+  return (mask >> (SIGHUP - 1)) & 1;
+}
+
+Blocked TimeToBlock(const std::vector<std::string>& argv) {
+  const Started started = Spawn(argv);
+  Blocked blocked;
+  while (Clock::now() - started.exec < std::chrono::seconds(2)) {
+    if (!SighupBlocked(started.pid)) continue;
+    blocked.ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - started.exec)
+            .count();
+    std::ifstream schedstat("/proc/" + std::to_string(started.pid) +
+                            "/schedstat");
+    double cpu_ns = 0;
+    double wait_ns = 0;
+    schedstat >> cpu_ns >> wait_ns;
+    blocked.cpu_ms = cpu_ns / 1e6;
+    blocked.wait_ms = wait_ns / 1e6;
+    blocked.ok = static_cast<bool>(schedstat);
+    // /proc/PID/stat: minflt is the 10th field, the 8th after "(comm) ".
+    std::ifstream stat("/proc/" + std::to_string(started.pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)),
+                     std::istreambuf_iterator<char>());
+    std::istringstream fields(text.substr(text.rfind(')') + 2));
+    std::string field;
+    for (int i = 0; i < 8 && fields >> field; ++i) {
+    }
+    blocked.faults = std::strtod(field.c_str(), nullptr);
+    break;
+  }
+  Reap(started.pid);
+  return blocked;
+}
+
+// The q-quantile of `values` (sorted here).
+double Quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[static_cast<size_t>(q * (values.size() - 1) + 0.5)];
+}
+
 std::string LoadAverage() {
   std::ifstream load("/proc/loadavg");
   std::string one;
@@ -121,38 +201,97 @@ std::string LoadAverage() {
 
 int Main(int argc, char** argv) {
   int runs = 10;
-  std::string daemon;
+  std::vector<std::string> daemons;
   std::string delays_text = "0,1,2,5,10,20,30,50,75,100,150";
   CLI::App app{"sighup_window: how long after exec a SIGHUP ends aggregatord"};
   app.add_option("--runs", runs, "starts per delay");
-  app.add_option("--daemon", daemon,
-                 "aggregatord to measure (default: runfiles)");
+  app.add_option("--daemon", daemons,
+                 "aggregatord to measure (default: runfiles); repeat it to "
+                 "compare binaries");
   app.add_option("--delays", delays_text,
                  "sweep delays in ms, comma-separated");
+  bool probe = false;
+  app.add_flag("--probe", probe,
+               "instead of the sweep, time each start until SIGHUP is blocked "
+               "(/proc/PID/status), with its CPU time and wait for a CPU");
   CLI11_PARSE(app, argc, argv);
 
   const ToolPaths paths(argv[0], "sighup_window");
-  auto binary = paths.Require(
-      daemon.empty() ? paths.Locate("daemon/aggregatord") : UserPath(daemon),
-      "aggregatord", "--daemon");
-  if (!binary.ok()) {
-    std::fprintf(stderr, "sighup_window: %s\n",
-                 std::string(binary.status().message()).c_str());
-    return 1;
+  if (daemons.empty()) daemons.push_back("");
+  std::vector<std::string> binaries;
+  for (const std::string& daemon : daemons) {
+    auto binary = paths.Require(
+        daemon.empty() ? paths.Locate("daemon/aggregatord") : UserPath(daemon),
+        "aggregatord", "--daemon");
+    if (!binary.ok()) {
+      std::fprintf(stderr, "sighup_window: %s\n",
+                   std::string(binary.status().message()).c_str());
+      return 1;
+    }
+    binaries.push_back(*binary);
   }
   char dir_template[] = "/tmp/sighup_window.XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string config = dir + "/aggregator.yaml";
   std::ofstream(config) << "min_learners: 0\nmetrics: {listen: \"\"}\n"
                            "admin: {listen: \"\"}\n";
-  const std::vector<std::string> command = {*binary, "--config", config,
-                                            "--listen", "127.0.0.1:0"};
-
-  std::printf("daemon %s\nload average (1, 5 min) before: %s\n\n",
-              binary->c_str(), LoadAverage().c_str());
+  std::vector<std::vector<std::string>> commands;
+  for (size_t i = 0; i < binaries.size(); ++i) {
+    std::printf("daemon %zu: %s\n", i + 1, binaries[i].c_str());
+    commands.push_back(
+        {binaries[i], "--config", config, "--listen", "127.0.0.1:0"});
+  }
+  std::printf("load average (1, 5 min) before: %s\n\n", LoadAverage().c_str());
+  if (probe) {
+    std::vector<std::vector<Blocked>> times(commands.size());
+    for (int i = 0; i < runs; ++i) {
+      for (size_t d = 0; d < commands.size(); ++d) {
+        times[d].push_back(TimeToBlock(commands[d]));
+      }
+    }
+    std::printf(
+        "exec -> SIGHUP blocked, ms, %d starts each (median [min, p90]);\n"
+        "CPU time used and time waited for a CPU by then, ms, and page "
+        "faults (median)\n",
+        runs);
+    for (size_t d = 0; d < commands.size(); ++d) {
+      std::vector<double> ms;
+      std::vector<double> cpu;
+      std::vector<double> wait;
+      std::vector<double> faults;
+      int failed = 0;
+      for (const Blocked& blocked : times[d]) {
+        if (!blocked.ok) {
+          ++failed;
+          continue;
+        }
+        ms.push_back(blocked.ms);
+        cpu.push_back(blocked.cpu_ms);
+        wait.push_back(blocked.wait_ms);
+        faults.push_back(blocked.faults);
+      }
+      std::printf(
+          "daemon %zu: %6.2f [%5.2f, %6.2f]   cpu %5.2f   waited %6.2f   "
+          "faults %5.0f%s\n",
+          d + 1, Quantile(ms, 0.5), Quantile(ms, 0), Quantile(ms, 0.9),
+          Quantile(cpu, 0.5), Quantile(wait, 0.5), Quantile(faults, 0.5),
+          failed > 0 ? ("   (" + std::to_string(failed) +
+                        " never blocked it within 2 s)")
+                           .c_str()
+                     : "");
+    }
+    std::printf("\nload average (1, 5 min) after: %s\n", LoadAverage().c_str());
+    std::remove(config.c_str());
+    rmdir(dir.c_str());
+    return 0;
+  }
   const int per_delay = runs;
   std::printf("SIGHUP sent at a delay after exec, %d starts each\n", per_delay);
-  std::printf("%10s %8s\n", "delay ms", "killed");
+  std::printf("%10s", "delay ms");
+  for (size_t i = 0; i < commands.size(); ++i) {
+    std::printf(" %7s%zu", "killed ", i + 1);
+  }
+  std::printf("\n");
   for (absl::string_view part : absl::StrSplit(delays_text, ',')) {
     int delay_ms = 0;
     if (!absl::SimpleAtoi(part, &delay_ms)) {
@@ -160,11 +299,16 @@ int Main(int argc, char** argv) {
                    std::string(part).c_str());
       return 1;
     }
-    int killed = 0;
+    std::vector<int> killed(commands.size(), 0);
     for (int i = 0; i < per_delay; ++i) {
-      killed += KilledAt(command, std::chrono::milliseconds(delay_ms)) ? 1 : 0;
+      for (size_t d = 0; d < commands.size(); ++d) {
+        killed[d] +=
+            KilledAt(commands[d], std::chrono::milliseconds(delay_ms)) ? 1 : 0;
+      }
     }
-    std::printf("%10d %5d/%d\n", delay_ms, killed, per_delay);
+    std::printf("%10d", delay_ms);
+    for (int count : killed) std::printf(" %5d/%-2d", count, per_delay);
+    std::printf("\n");
   }
   std::printf("\nload average (1, 5 min) after: %s\n", LoadAverage().c_str());
   std::remove(config.c_str());
