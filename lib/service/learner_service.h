@@ -109,9 +109,6 @@ class LearnerService final
     late_.Collect(learners);
   }
 
-  // The learners whose task replay is in flight now (RejoinStep).
-  std::vector<std::string> Replaying() const { return rejoin_->Replaying(); }
-
   // Bytes of LearnStream batches received and not yet passed to a learner's
   // connection, now and at most since the start.
   struct Buffered {

@@ -51,13 +51,6 @@ void RejoinStep::Kick() {
   state_->next = timers_.Schedule(timers_.clock().Now(), [this] { Step(); });
 }
 
-std::vector<std::string> RejoinStep::Replaying() const {
-  MutexLock lock(&state_->mu);
-  std::vector<std::string> ids;
-  for (const auto& [id, replay] : state_->replays) ids.push_back(id);
-  return ids;
-}
-
 void RejoinStep::Step() {
   {
     MutexLock lock(&state_->mu);

@@ -65,9 +65,6 @@ class RejoinStep {
   // ended. Idempotent.
   void Stop();
 
-  // The learners whose replay is in flight now.
-  std::vector<std::string> Replaying() const;
-
  private:
   // One replay in flight.
   struct Pending {
