@@ -308,7 +308,7 @@ TEST_CASE("A certificate rotated on disk is served after a reload") {
 
   // So do an expired and a not yet valid one (issue 26 item 4: taken, then
   // every new client failed), named with the key's line and column.
-  for (const std::string& dated : {"expired", "future"}) {
+  for (const std::string dated : {"expired", "future"}) {
     copy(dated);
     auto refused = aggregator.Reload(tls + PlainLearners(learner->address));
     REQUIRE_FALSE(refused.ok());
