@@ -91,7 +91,10 @@ Membership::View Membership::Select(const std::vector<LearnerHandle>& ready,
     last_members_ = std::move(ids);
     ++generation_;
   }
-  if (!view.to_replay.empty()) view.task = task_;
+  if (!view.to_replay.empty()) {
+    view.task = task_;
+    view.task_seq = task_seq_;
+  }
   view.generation = generation_;
   return view;
 }
@@ -110,10 +113,14 @@ void Membership::Failed(const LearnerHandle& learner, const std::string& why) {
   entry.retry_at = clock_.Now() + entry.retry_delay;
 }
 
-void Membership::Rejoined(const LearnerHandle& learner) {
+void Membership::Rejoined(const LearnerHandle& learner, uint64_t task_seq) {
   MutexLock lock(&mu_);
   auto it = entries_.find(learner.id);
   if (it == entries_.end() || it->second.epoch != learner.epoch) return;
+  it->second.replaying = false;
+  // A replay of a task that has been replaced or closed since: it has the old
+  // one, so it does not have the task.
+  if (task_seq != task_seq_) return;
   it->second.has_task = true;
   it->second.replaying = false;
   it->second.standing = {};
@@ -130,6 +137,7 @@ void Membership::TaskStarted(const aggregator::v1::StartTaskRequest& request,
                              const std::vector<LearnerHandle>& started) {
   MutexLock lock(&mu_);
   task_ = request;
+  ++task_seq_;
   for (const LearnerHandle& learner : started) {
     Entry& entry = entries_[learner.id];
     if (entry.epoch != learner.epoch) {
@@ -143,6 +151,7 @@ void Membership::TaskStarted(const aggregator::v1::StartTaskRequest& request,
 void Membership::TaskClosed() {
   MutexLock lock(&mu_);
   task_.reset();
+  ++task_seq_;
   for (auto& [id, entry] : entries_) {
     entry.has_task = false;
     entry.replaying = false;

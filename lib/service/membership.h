@@ -56,6 +56,7 @@ class Membership {
     // plan of this call, but ready.
     std::vector<LearnerHandle> replaying;
     std::optional<aggregator::v1::StartTaskRequest> task;  // set with to_replay
+    uint64_t task_seq = 0;  // which task `task` is: give it back to Rejoined
     uint64_t generation = 0;
   };
 
@@ -80,8 +81,10 @@ class Membership {
 
   // shrink: `learner` leaves the plans; `why` says what failed.
   void Failed(const LearnerHandle& learner, const std::string& why);
-  // The task was replayed to it: a member from now on.
-  void Rejoined(const LearnerHandle& learner);
+  // Task `task_seq` (View::task_seq) was replayed to it: a member from now on,
+  // unless another task was started or the task closed since that Select
+  // (then it stays rejoining, and the current task is replayed to it).
+  void Rejoined(const LearnerHandle& learner, uint64_t task_seq);
   // The replay a Select handed out (to_replay) has ended, however it went:
   // another Select may hand it out again. Each joining learner is replayed
   // to by one call at a time, however many GetData run at once.
@@ -117,6 +120,7 @@ class Membership {
   OnLearnerFailure policy_ ABSL_GUARDED_BY(mu_) = OnLearnerFailure::kFail;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::optional<aggregator::v1::StartTaskRequest> task_ ABSL_GUARDED_BY(mu_);
+  uint64_t task_seq_ ABSL_GUARDED_BY(mu_) = 0;  // moves at each start and close
   std::vector<std::string> last_members_ ABSL_GUARDED_BY(mu_);
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };

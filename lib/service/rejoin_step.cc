@@ -60,7 +60,9 @@ void RejoinStep::Step() {
   Membership::View view =
       membership_->Select(hooks_.ready(), /*claim_replays=*/true);
   for (const LearnerHandle& learner : view.to_replay) {
-    if (!Start(learner, *view.task)) membership_->ReplayEnded(learner);
+    if (!Start(learner, *view.task, view.task_seq)) {
+      membership_->ReplayEnded(learner);
+    }
   }
   MutexLock lock(&state_->mu);
   if (state_->stopping || state_->next != 0) return;
@@ -69,9 +71,11 @@ void RejoinStep::Step() {
 }
 
 bool RejoinStep::Start(const LearnerHandle& learner,
-                       const aggregator::v1::StartTaskRequest& task) {
+                       const aggregator::v1::StartTaskRequest& task,
+                       uint64_t task_seq) {
   auto pending = std::make_shared<Pending>();
   pending->task = task;
+  pending->task_seq = task_seq;
   pending->call.learner = learner;
   pending->call.context = NewLearnerContext(
       nullptr, std::chrono::system_clock::now() + hooks_.timeout(),
@@ -113,7 +117,7 @@ void RejoinStep::Ended(Pending& pending) {
   ScopedLogFields fields({{"learner", replay.learner.id},
                           {"address", replay.learner.address.ToString()}});
   if (replay.status.ok()) {
-    membership_->Rejoined(replay.learner);
+    membership_->Rejoined(replay.learner, pending.task_seq);
     spdlog::info("learner {} rejoins the plans: the task was replayed",
                  replay.learner.Name());
     return;

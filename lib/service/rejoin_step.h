@@ -69,6 +69,7 @@ class RejoinStep {
   // One replay in flight.
   struct Pending {
     aggregator::v1::StartTaskRequest task;
+    uint64_t task_seq = 0;  // Membership::View::task_seq of `task`
     Replay call;
   };
   // What a replay's callback may still touch once the replay is counted out:
@@ -86,7 +87,7 @@ class RejoinStep {
   void Step();
   // Starts the replay to `learner`, counted in; false when none may start.
   bool Start(const LearnerHandle& learner,
-             const aggregator::v1::StartTaskRequest& task);
+             const aggregator::v1::StartTaskRequest& task, uint64_t task_seq);
   // The replay ended (on a gRPC thread): recorded, the learner in or out.
   void Ended(Pending& pending);
 

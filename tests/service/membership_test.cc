@@ -72,6 +72,48 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "A replay of a task replaced or closed while it was in flight does not "
+    "make its learner a member of the new task: the new one is replayed") {
+  Membership membership(std::chrono::minutes(10), std::chrono::minutes(10));
+  membership.SetPolicy(OnLearnerFailure::kShrink);
+  const std::vector<LearnerHandle> ready = {Learner("l0"), Learner("l1")};
+  aggregator::v1::StartTaskRequest first;
+  first.mutable_task_info()->mutable_fields()->operator[]("n").set_number_value(
+      1);
+  aggregator::v1::StartTaskRequest second = first;
+  second.mutable_task_info()
+      ->mutable_fields()
+      ->
+      operator[]("n")
+      .set_number_value(2);
+
+  for (const bool closed_between : {false, true}) {
+    INFO("closed between: " << closed_between);
+    membership.TaskStarted(first, {ready[0]});
+    const Membership::View old = membership.Select(ready, true);
+    REQUIRE(Ids(old.to_replay) == std::vector<std::string>{"l1"});
+    REQUIRE(old.task.has_value());
+    // The coordinator starts another task (on l0) while l1's replay of the
+    // first is in flight; the replay then succeeds.
+    if (closed_between) membership.TaskClosed();
+    membership.TaskStarted(second, {ready[0]});
+    membership.ReplayEnded(ready[1]);
+    membership.Rejoined(ready[1], old.task_seq);
+
+    const Membership::View next = membership.Select(ready, true);
+    CHECK(Ids(next.members) == std::vector<std::string>{"l0"});
+    REQUIRE(Ids(next.to_replay) == std::vector<std::string>{"l1"});
+    REQUIRE(next.task.has_value());
+    CHECK(next.task->task_info().fields().at("n").number_value() == 2);
+    membership.ReplayEnded(ready[1]);
+    membership.Rejoined(ready[1], next.task_seq);
+    CHECK(Ids(membership.Select(ready).members) ==
+          std::vector<std::string>{"l0", "l1"});
+    membership.TaskClosed();
+  }
+}
+
+TEST_CASE(
     "A joining learner's task replay is handed to one call at a time, "
     "however many GetData select at once (issue 26 item 6)") {
   Membership membership(std::chrono::minutes(10), std::chrono::minutes(10));
@@ -104,7 +146,7 @@ TEST_CASE(
   const Membership::View again = membership.Select(ready, true);
   CHECK(Ids(again.to_replay) == std::vector<std::string>{"l1"});
   membership.ReplayEnded(ready[1]);
-  membership.Rejoined(ready[1]);
+  membership.Rejoined(ready[1], again.task_seq);
   const Membership::View joined = membership.Select(ready, true);
   CHECK(Ids(joined.members) == std::vector<std::string>{"l0", "l1"});
   CHECK(joined.to_replay.empty());
@@ -244,7 +286,7 @@ TEST_CASE(
 
   // Replayed: a member again, one generation later.
   membership.ReplayEnded(restarted[1]);
-  membership.Rejoined(restarted[1]);
+  membership.Rejoined(restarted[1], view.task_seq);
   view = membership.Select(restarted, true);
   CHECK(Ids(view.members) == std::vector<std::string>{"l0", "l1"});
   CHECK(view.generation == start + 4);
