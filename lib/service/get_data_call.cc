@@ -34,10 +34,8 @@ void WarnIfDifferent(const char* method, const char* field,
 grpc::ServerUnaryReactor* LearnerService::GetData(
     grpc::CallbackServerContext* context, const pb::GetDataRequest* request,
     pb::DataDemand* reply) {
-  Call call = Arrive("GetData", context);
-  if (!Enter(context, call.reactor, call.method, &call.path)) {
-    return call.reactor;
-  }
+  Call call = Admit("GetData", context);
+  if (call.lease == nullptr) return call.reactor;
   // Learners that join while a task is open are in no plan until the rejoin
   // step has replayed the task to them: this call does not wait for that
   // (issue 28), it only asks for the step now.
@@ -53,8 +51,7 @@ void LearnerService::PlanGetData(const Call& call, Membership::View view,
   if (absl::Status enough =
           CheckEnough(call.method, *call.settings, view.members.size());
       !enough.ok()) {
-    Finish(call.reactor, call.method, call.started,
-           ToGrpcWithFailedLearners(enough));
+    call.lease->Finish(call.reactor, ToGrpcWithFailedLearners(enough));
     return;
   }
   uint64_t generation = view.generation;

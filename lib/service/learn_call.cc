@@ -41,21 +41,20 @@ grpc::ByteBuffer ToByteBuffer(std::string bytes) {
 grpc::ServerUnaryReactor* LearnerService::Learn(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* reply) {
-  const auto started = std::chrono::steady_clock::now();
-  auto* reactor = context->DefaultReactor();
-  std::string call_path;
-  if (!Enter(context, reactor, "Learn", &call_path)) return reactor;
+  Call call = Admit("Learn", context);
+  if (call.lease == nullptr) return call.reactor;
   auto fail = [&](const grpc::Status& status) {
-    Finish(reactor, "Learn", started, status);
-    return reactor;
+    call.lease->Finish(call.reactor, status);
+    return call.reactor;
   };
-  auto settings = this->settings();
+  const Settings& settings = *call.settings;
   // The batch is held until the learners have answered: it counts against
   // max_inflight_bytes until then.
-  auto lease =
-      inflight_.Acquire("Learn", static_cast<int64_t>(request->Length()),
-                        settings->max_inflight_bytes);
-  if (!lease.ok()) return fail(ToGrpc(lease.status()));
+  if (absl::Status reserved = call.lease->Reserve(
+          static_cast<int64_t>(request->Length()), settings.max_inflight_bytes);
+      !reserved.ok()) {
+    return fail(ToGrpc(reserved));
+  }
   // More samples than any plan demands cannot be right: the scan stops there.
   const int64_t largest = planner_.LargestTotal();
   auto batch = RawBatch::Scan(*request, largest);
@@ -101,7 +100,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
   auto held = std::make_shared<PlanClaim>(*std::move(claim));
   // A late learner fails the step: its slice was not trained.
   WatchedFanOut<grpc::ByteBuffer, grpc::ByteBuffer>(
-      "Learn", context, *settings, call_path, *std::move(learners),
+      "Learn", context, settings, call.lease->call_path(), *std::move(learners),
       std::move(requests),
       [](const LearnerHandle& l, grpc::ClientContext* c,
          const grpc::ByteBuffer* r, grpc::ByteBuffer* p,
@@ -110,29 +109,27 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
                              std::move(f));
       },
       /*over_others=*/false,
-      [this, context, reactor, reply, settings, started, held,
-       timed = TimingWanted(*context),
-       lease = std::shared_ptr<InflightBudget::Lease>(*std::move(lease)),
-       counts = std::move(counts),
+      [this, call, reply, held, counts = std::move(counts),
        stands_for = std::move(stands_for)](auto& calls) mutable {
-        WatchStragglers(calls, *settings);
+        WatchStragglers(calls, *call.settings);
         // Once every learner has trained, a retry of the plan would train them
         // twice, whatever became of their answers: the plan is used.
         const bool trained =
             std::all_of(calls.begin(), calls.end(),
                         [](const auto& call) { return call.status.ok(); });
-        const grpc::Status status =
-            MergeLearn("Learn", calls, counts, stands_for, *settings, reply);
+        const grpc::Status status = MergeLearn(
+            "Learn", calls, counts, stands_for, *call.settings, reply);
         if (trained) held->Consume();
         // The batch's bytes are counted free before the caller hears back: a
         // caller that sends its next batch at once must find the budget.
-        lease.reset();
-        if (timed) {
-          AddTiming(context, started, calls, std::chrono::steady_clock::now());
+        call.lease->FreeBytes();
+        if (call.timed) {
+          AddTiming(call.context, call.lease->started(), calls,
+                    std::chrono::steady_clock::now());
         }
-        Finish(reactor, "Learn", started, status);
+        call.lease->Finish(call.reactor, status);
       });
-  return reactor;
+  return call.reactor;
 }
 
 pb::LearnRequest LearnerService::MembershipStamp(const Plan& plan) {

@@ -61,9 +61,9 @@ class LearnerService::LearnStreamCall final
                                 grpc::CallbackServerContext* context,
                                 grpc::ByteBuffer* reply) {
     auto* call = new LearnStreamCall(service, context, reply);
-    const grpc::Status admitted =
-        service->Admit(context, kMethod, &call->call_path_);
-    if (!admitted.ok()) {
+    grpc::Status admitted;
+    call->lease_ = service->admission_.Admit(context, kMethod, &admitted);
+    if (call->lease_ == nullptr) {
       // gRPC's reference only, and a call already over: a cancellation
       // (OnCancel) finds it failed and does nothing.
       call->refs_ = 1;
@@ -97,7 +97,6 @@ class LearnerService::LearnStreamCall final
       : service_(service),
         context_(context),
         reply_(reply),
-        started_(std::chrono::steady_clock::now()),
         settings_(service->settings()),
         deadline_(std::chrono::system_clock::now() +
                   settings_->config.call_timeout),
@@ -175,15 +174,10 @@ class LearnerService::LearnStreamCall final
     // stream of empty messages is bounded by the budget too.
     const int64_t charged =
         static_cast<int64_t>(message.Length()) + kMessageBookkeepingBytes;
-    if (lease_ == nullptr) {
-      auto lease = service_->inflight_.Acquire(kMethod, charged,
-                                               settings_->max_inflight_bytes);
-      if (!lease.ok()) return ToGrpc(lease.status());
-      lease_ = *std::move(lease);
-    } else if (absl::Status extended = lease_->Extend(
-                   kMethod, charged, settings_->max_inflight_bytes);
-               !extended.ok()) {
-      return ToGrpc(extended);
+    if (absl::Status reserved =
+            lease_->Reserve(charged, settings_->max_inflight_bytes);
+        !reserved.ok()) {
+      return ToGrpc(reserved);
     }
     // More samples than any plan (the first message) or than the plan has
     // left cannot be right: the scan stops there.
@@ -253,7 +247,8 @@ class LearnerService::LearnStreamCall final
       stands_for_.push_back(plan.slices[i].learners);
       Calls::value_type& call = calls_[i];
       call.learner = std::move((*learners)[i]);
-      call.context = NewLearnerContext(context_, deadline_, call_path_);
+      call.context =
+          NewLearnerContext(context_, deadline_, lease_->call_path());
       pb::LearnRequest head = stamp;
       head.set_plan_id(plan.slices[i].learner_plan_id);
       senders_.push_back(std::make_unique<SliceSender>(
@@ -577,26 +572,25 @@ class LearnerService::LearnStreamCall final
       reported_ = 0;
     }
     // Free before the caller hears back, as for Learn.
-    lease_.reset();
+    lease_->FreeBytes();
     claim_.reset();
     if (timed_ && !failure_.has_value()) {
       AddTiming(context_, arrived_, calls_, std::chrono::steady_clock::now());
     }
-    service_->Served(kMethod, started_, status);
+    lease_->Served(status);
     FinishCall(status);
-    service_->Leave();
+    // Counted out once answered (or its answer deferred to OnSent).
+    lease_.reset();
     Unref();
   }
 
   LearnerService* const service_;
   grpc::CallbackServerContext* const context_;  // gRPC's, until OnDone
   grpc::ByteBuffer* const reply_;               // the same
-  const std::chrono::steady_clock::time_point started_;
   const std::shared_ptr<const Settings> settings_;
   // The whole stream, and every learner call, ends by then.
   const std::chrono::system_clock::time_point deadline_;
   const bool timed_;
-  std::string call_path_;
   std::atomic<int> refs_{3};
   grpc::Alarm alarm_;
   grpc::ByteBuffer incoming_;  // the read in progress; one at a time
@@ -615,9 +609,10 @@ class LearnerService::LearnStreamCall final
   std::vector<bool> done_ ABSL_GUARDED_BY(mu_);
   size_t closed_ ABSL_GUARDED_BY(mu_) = 0;  // senders closed, in order
   size_t last_share_ = 0;  // the last learner with samples; set by Begin
-  // The stream's bytes in flight, grown by each message (one lease, however
-  // many messages).
-  std::unique_ptr<InflightBudget::Lease> lease_;
+  // The call's admission (lib/service/admission_lease.h), set by Start and
+  // ended by Complete; its bytes in flight grow by each message (one lease,
+  // however many messages).
+  std::unique_ptr<AdmissionLease> lease_;
   int64_t reported_ ABSL_GUARDED_BY(mu_) = 0;  // ReportBuffered
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int reads_starting_ ABSL_GUARDED_BY(mu_) = 0;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "lib/learners/call_path.h"
 #include "lib/service/learner_service_impl.h"
 
 namespace aggregator {
@@ -15,11 +16,11 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
                                LearnerServiceOptions options)
     : pool_(pool),
       metrics_(options.metrics),
-      aggregator_id_(std::move(options.aggregator_id)),
       max_reply_bytes_(options.max_reply_bytes),
       stream_window_bytes_(options.stream_window_bytes),
       memory_(ProcessMemoryLimit()),
-      late_(options.clock, options.metrics) {
+      late_(options.clock, options.metrics),
+      admission_(std::move(options.aggregator_id), options.metrics) {
   SetConfig(config);
   // After SetConfig: its steps read the settings.
   rejoin_ =
@@ -29,17 +30,12 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
 RejoinStep::Hooks LearnerService::RejoinHooks() {
   RejoinStep::Hooks hooks;
   hooks.ready = [this] { return pool_->Ready(); };
-  hooks.enter = [this] {
-    MutexLock lock(&mu_);
-    if (draining_) return false;
-    ++in_flight_;
-    return true;
-  };
-  hooks.leave = [this] { Leave(); };
+  hooks.enter = [this] { return admission_.Hold(); };
   hooks.timeout = [this] { return settings()->config.call_timeout; };
   // Made by this aggregator, on behalf of no caller.
-  if (!aggregator_id_.empty())
-    hooks.call_path = OutgoingPath({}, aggregator_id_);
+  if (!admission_.aggregator_id().empty()) {
+    hooks.call_path = OutgoingPath({}, admission_.aggregator_id());
+  }
   hooks.record = [this](const RejoinStep::Replay& replay) {
     Record("StartTask", replay);
   };
@@ -76,6 +72,20 @@ std::shared_ptr<const LearnerService::Settings> LearnerService::settings()
     const {
   MutexLock lock(&mu_);
   return settings_;
+}
+
+LearnerService::Call LearnerService::Admit(
+    const char* method, grpc::CallbackServerContext* context) {
+  Call call{method,  context,    context->DefaultReactor(),
+            nullptr, settings(), TimingWanted(*context)};
+  call.lease = admission_.AdmitUnary(context, call.reactor, method);
+  return call;
+}
+
+void LearnerService::StartDraining() { admission_.StartDraining(); }
+
+bool LearnerService::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  return admission_.WaitIdle(deadline);
 }
 
 absl::Status LearnerService::CheckEnough(const char* method,
@@ -195,11 +205,9 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
     const pb::GetResourceRequest* /*request*/, pb::Resource* reply) {
   // Each ready learner answered GetResource as it connected
   // (lib/learners/learner_pool.h).
-  const auto started = std::chrono::steady_clock::now();
-  auto* reactor = context->DefaultReactor();
-  std::string call_path;
-  if (!Enter(context, reactor, "GetResource", &call_path)) return reactor;
-  auto learners = ReadyLearners("GetResource", *settings());
+  Call call = Admit("GetResource", context);
+  if (call.lease == nullptr) return call.reactor;
+  auto learners = ReadyLearners("GetResource", *call.settings);
   if (learners.ok()) {
     // In 64 bits, saturated at int32's limit: a tree of large answers must
     // not wrap (the pool refuses learners that report negative figures).
@@ -215,13 +223,13 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
     reply->set_learners(static_cast<int32_t>(std::min(count, kMax)));
     reply->set_learn_stream(true);
   }
-  if (TimingWanted(*context)) {
-    AddTiming(context, started, LearnerCalls<pb::Resource, pb::Resource>(),
-              started);
+  if (call.timed) {
+    AddTiming(context, call.lease->started(),
+              LearnerCalls<pb::Resource, pb::Resource>(),
+              call.lease->started());
   }
-  Finish(reactor, "GetResource", started,
-         ToGrpcWithFailedLearners(learners.status()));
-  return reactor;
+  call.lease->Finish(call.reactor, ToGrpcWithFailedLearners(learners.status()));
+  return call.reactor;
 }
 
 void LearnerService::StartTaskCall(const LearnerHandle& l,

@@ -46,7 +46,7 @@
 #include "lib/learners/fan_out.h"
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
-#include "lib/service/inflight_budget.h"
+#include "lib/service/admission_lease.h"
 #include "lib/service/late_answers.h"
 #include "lib/service/membership.h"
 #include "lib/service/rejoin_step.h"
@@ -91,7 +91,7 @@ class LearnerService final
   int64_t max_inflight_bytes() const;
   std::string DescribeInflightLimit() const;
   // Bytes of the Learn batches in flight now.
-  int64_t inflight_bytes() const { return inflight_.in_flight(); }
+  int64_t inflight_bytes() const { return admission_.inflight_bytes(); }
 
   // Learners not simply in the plans, and why (lib/service/membership.h).
   std::map<std::string, LearnerStanding> Standings() const {
@@ -155,15 +155,16 @@ class LearnerService final
     int64_t max_inflight_bytes;  // "auto" resolved
   };
   std::shared_ptr<const Settings> settings() const;
-  // An incoming call being relayed.
+  // An incoming unary call being relayed; its copies share its admission.
   struct Call {
     const char* method;
     grpc::CallbackServerContext* context;
     grpc::ServerUnaryReactor* reactor;
-    std::chrono::steady_clock::time_point started;
+    // Held while the call is in; null when it was refused (and answered).
+    // Its start time and call path are the call's; Finish ends the call.
+    std::shared_ptr<AdmissionLease> lease;
     std::shared_ptr<const Settings> settings;
-    std::string path;  // the call path its calls to learners carry
-    bool timed;        // the caller asked for the timing (call_timing.h)
+    bool timed;  // the caller asked for the timing (call_timing.h)
   };
   // A LearnStream being relayed (defined in learn_stream_call.cc).
   class LearnStreamCall;
@@ -224,8 +225,9 @@ class LearnerService final
       const Request& request, StartCall<Request, Reply> start,
       std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge);
 
-  // A call as it arrives: its reactor, start time and settings.
-  Call Arrive(const char* method, grpc::CallbackServerContext* context) const;
+  // A unary call as it arrives, let in (admission_lease.h) or refused with
+  // its reactor finished; the settings it runs with.
+  Call Admit(const char* method, grpc::CallbackServerContext* context);
   // Records one learner call: the pool's counters and the metrics.
   template <typename Request, typename Reply>
   void Record(const char* method, const LearnerCall<Request, Reply>& call);
@@ -248,25 +250,6 @@ class LearnerService final
   // The plan's learners, if each is still ready at the plan's epoch.
   absl::StatusOr<std::vector<LearnerHandle>> PlanLearners(
       const char* method, const Plan& plan) const;
-  // Counts a new call in, setting `*call_path` to what its calls to learners
-  // carry; or refuses it (recorded): UNAVAILABLE when draining,
-  // FAILED_PRECONDITION when it loops back here or has passed through too
-  // many aggregators.
-  grpc::Status Admit(grpc::CallbackServerContext* context, const char* method,
-                     std::string* call_path);
-  // Admit, finishing `reactor` with the refusal; true when admitted.
-  bool Enter(grpc::CallbackServerContext* context,
-             grpc::ServerUnaryReactor* reactor, const char* method,
-             std::string* call_path);
-  // Records an incoming call's outcome in the metrics.
-  void Served(const char* method, std::chrono::steady_clock::time_point started,
-              const grpc::Status& status);
-  // Counts an admitted call out.
-  void Leave();
-  // Finishes an incoming call (counted in by Enter) and records it.
-  void Finish(grpc::ServerUnaryReactor* reactor, const char* method,
-              std::chrono::steady_clock::time_point started,
-              const grpc::Status& status);
   // Moves the LearnStream bytes buffered by `delta`.
   void AddBuffered(int64_t delta);
   // What the rejoin step needs of the service: the ready learners, the
@@ -275,21 +258,19 @@ class LearnerService final
 
   LearnerPool* const pool_;
   AggregatorMetrics* const metrics_;
-  const std::string aggregator_id_;
   const int64_t max_reply_bytes_;
   const size_t stream_window_bytes_;
   SplitPlanner planner_;
   Membership membership_;
   StragglerWatch stragglers_;
-  const MemoryLimit memory_;          // what "auto" is a quarter of
-  LateAnswers late_;                  // straggler.late_after
-  InflightBudget inflight_;           // the Learn batches in flight
+  const MemoryLimit memory_;  // what "auto" is a quarter of
+  LateAnswers late_;          // straggler.late_after
+  // The calls in flight, their batches' bytes, draining.
+  Admission admission_;
   std::atomic<int64_t> buffered_{0};  // StreamBuffered()
   std::atomic<int64_t> buffered_peak_{0};
   mutable Mutex mu_;
   std::shared_ptr<const Settings> settings_ ABSL_GUARDED_BY(mu_);
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   // Replays the task to learners that are back (issue 28). Last: gone
   // first, its replays cancelled and ended while the rest is still here.
   std::unique_ptr<RejoinStep> rejoin_;

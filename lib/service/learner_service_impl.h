@@ -1,4 +1,4 @@
-// What the files of LearnerService share (learner_service.cc, admission.cc,
+// What the files of LearnerService share (learner_service.cc,
 // get_data_call.cc, learn_call.cc, learn_stream_call.cc): the templates that
 // relay a call to the learners and summarize their answers, and the json log's
 // fields of a learner. Private to the service's library.
@@ -88,12 +88,12 @@ grpc::ServerUnaryReactor* LearnerService::Relay(
     const char* method, grpc::CallbackServerContext* context,
     const Request& request, StartCall<Request, Reply> start,
     std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
-  Call call = Arrive(method, context);
-  if (!Enter(context, call.reactor, method, &call.path)) return call.reactor;
+  Call call = Admit(method, context);
+  if (call.lease == nullptr) return call.reactor;
   auto learners = ReadyLearners(method, *call.settings);
   if (!learners.ok()) {
-    Finish(call.reactor, method, call.started,
-           ToGrpcWithFailedLearners(learners.status()));
+    call.lease->Finish(call.reactor,
+                       ToGrpcWithFailedLearners(learners.status()));
     return call.reactor;
   }
   RelayTo<Request, Reply>(call, *std::move(learners), request, start,
@@ -155,16 +155,16 @@ void LearnerService::RelayTo(
     const Request& request, StartCall<Request, Reply> start,
     std::function<grpc::Status(LearnerCalls<Request, Reply>&)> merge) {
   WatchedFanOut<Request, Reply>(
-      call.method, call.context, *call.settings, call.path, std::move(learners),
-      {request}, start, /*over_others=*/true,
+      call.method, call.context, *call.settings, call.lease->call_path(),
+      std::move(learners), {request}, start, /*over_others=*/true,
       [this, call, merge = std::move(merge)](auto& calls) {
-        grpc::Status status = Summarize(call.method, calls);
+        grpc::Status status = this->Summarize(call.method, calls);
         if (status.ok()) status = merge(calls);
         if (call.timed) {
-          AddTiming(call.context, call.started, calls,
+          AddTiming(call.context, call.lease->started(), calls,
                     std::chrono::steady_clock::now());
         }
-        Finish(call.reactor, call.method, call.started, status);
+        call.lease->Finish(call.reactor, status);
       });
 }
 

@@ -84,7 +84,9 @@ bool RejoinStep::Start(const LearnerHandle& learner,
     MutexLock lock(&state_->mu);
     // Counted in under the lock the destructor sets stopping under: none
     // starts once it waits.
-    if (state_->stopping || !hooks_.enter()) return false;
+    if (state_->stopping) return false;
+    pending->counted = hooks_.enter();
+    if (pending->counted == nullptr) return false;
     state_->replays[learner.id] = pending;
   }
   spdlog::debug("learner {}: replaying the task (StartTask) before it rejoins",
@@ -98,7 +100,7 @@ bool RejoinStep::Start(const LearnerHandle& learner,
         pending->call.finished = std::chrono::steady_clock::now();
         pending->call.status = std::move(status);
         Ended(*pending);
-        hooks_.leave();
+        pending->counted.reset();
         MutexLock lock(&state->mu);
         state->replays.erase(pending->call.learner.id);
       });

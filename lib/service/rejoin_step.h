@@ -22,6 +22,7 @@
 #include "lib/base/mutex.h"
 #include "lib/learners/fan_out.h"
 #include "lib/learners/learner_pool.h"
+#include "lib/service/admission_lease.h"
 #include "lib/service/membership.h"
 #include "lib/service/timer_thread.h"
 #include "proto/learner.grpc.pb.h"
@@ -37,10 +38,9 @@ class RejoinStep {
   struct Hooks {
     // The ready learners, in pool order.
     std::function<std::vector<LearnerHandle>()> ready;
-    // Counts a replay in as a call in flight; false (draining): none starts.
-    std::function<bool()> enter;
-    // Counts it out, once it has ended and been recorded.
-    std::function<void()> leave;
+    // A replay's place among the calls in flight (admission_lease.h), held
+    // until it has ended and been recorded; null (draining): none starts.
+    std::function<std::unique_ptr<AdmissionLease>()> enter;
     // How long a replay may take (call_timeout).
     std::function<std::chrono::milliseconds()> timeout;
     // What a replay carries as its call path (lib/learners/call_path.h).
@@ -71,6 +71,7 @@ class RejoinStep {
     aggregator::v1::StartTaskRequest task;
     uint64_t task_seq = 0;  // Membership::View::task_seq of `task`
     Replay call;
+    std::unique_ptr<AdmissionLease> counted;  // Hooks::enter's
   };
   // What a replay's callback may still touch once the replay is counted out:
   // shared, so the lock outlives the step's destructor's wait.
