@@ -11,13 +11,8 @@ namespace aggregator {
 
 LearnerService::Call LearnerService::Arrive(
     const char* method, grpc::CallbackServerContext* context) const {
-  return Call{method,
-              context,
-              context->DefaultReactor(),
-              std::chrono::steady_clock::now(),
-              settings(),
-              "",
-              TimingWanted(*context)};
+  return Call{method,     context, context->DefaultReactor(), clock_.Now(),
+              settings(), "",      TimingWanted(*context)};
 }
 
 void LearnerService::Served(const char* method,
@@ -26,8 +21,7 @@ void LearnerService::Served(const char* method,
   if (metrics_ == nullptr) return;
   metrics_->Served(
       method, status.error_code(),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-          .count());
+      std::chrono::duration<double>(clock_.Now() - started).count());
 }
 
 void LearnerService::Leave() {
@@ -89,9 +83,8 @@ bool LearnerService::WaitIdle(std::chrono::steady_clock::time_point deadline) {
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return in_flight_ == 0;
   };
-  return mu_.AwaitWithTimeout(
-      absl::Condition(&idle),
-      absl::FromChrono(deadline - std::chrono::steady_clock::now()));
+  // The caller waits in real time, whatever the service's clock.
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), TimeUntil(deadline));
 }
 
 }  // namespace aggregator

@@ -41,7 +41,7 @@ grpc::ByteBuffer ToByteBuffer(std::string bytes) {
 grpc::ServerUnaryReactor* LearnerService::Learn(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* reply) {
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = clock_.Now();
   auto* reactor = context->DefaultReactor();
   std::string call_path;
   if (!Enter(context, reactor, "Learn", &call_path)) return reactor;
@@ -128,7 +128,7 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
         // caller that sends its next batch at once must find the budget.
         lease.reset();
         if (timed) {
-          AddTiming(context, started, calls, std::chrono::steady_clock::now());
+          AddTiming(context, started, calls, clock_.Now(), clock_);
         }
         Finish(reactor, "Learn", started, status);
       });

@@ -18,6 +18,8 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
       aggregator_id_(std::move(options.aggregator_id)),
       max_reply_bytes_(options.max_reply_bytes),
       stream_window_bytes_(options.stream_window_bytes),
+      clock_(ClockOrSteady(options.clock)),
+      membership_(Membership::kFirstRetry, Membership::kMaxRetry, &clock_),
       memory_(ProcessMemoryLimit()),
       late_(options.clock, options.metrics) {
   SetConfig(config);
@@ -145,16 +147,9 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
 void LearnerService::WatchStragglers(
     const LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
     const Settings& settings) {
-  std::vector<std::pair<std::string, double>> seconds;
-  for (const auto& call : calls) {
-    if (!call.status.ok()) return;  // a failure is not a slow step
-    seconds.emplace_back(
-        call.learner.id,
-        std::chrono::duration<double>(call.finished - call.started).count());
-  }
   const StragglerConfig& straggler = settings.config.straggler;
   for (const StragglerWatch::Change& change :
-       stragglers_.Observe(straggler, seconds)) {
+       stragglers_.Observe(straggler, StragglerWatch::Times(calls))) {
     if (metrics_ != nullptr) metrics_->SetStraggler(change.id, change.flagged);
     const LearnerHandle* learner = nullptr;
     for (const auto& call : calls) {
@@ -195,7 +190,7 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
     const pb::GetResourceRequest* /*request*/, pb::Resource* reply) {
   // Each ready learner answered GetResource as it connected
   // (lib/learners/learner_pool.h).
-  const auto started = std::chrono::steady_clock::now();
+  const auto started = clock_.Now();
   auto* reactor = context->DefaultReactor();
   std::string call_path;
   if (!Enter(context, reactor, "GetResource", &call_path)) return reactor;
@@ -217,7 +212,7 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
   }
   if (TimingWanted(*context)) {
     AddTiming(context, started, LearnerCalls<pb::Resource, pb::Resource>(),
-              started);
+              started, clock_);
   }
   Finish(reactor, "GetResource", started,
          ToGrpcWithFailedLearners(learners.status()));
