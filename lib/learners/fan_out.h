@@ -4,7 +4,9 @@
 //
 // Each outgoing call propagates the incoming call's deadline and cancellation
 // (so a coordinator that gives up cancels the whole tree), is further bounded
-// by `timeout`, and carries `call_path` (lib/learners/call_path.h).
+// by `timeout`, and carries `call_path` (lib/learners/call_path.h). Each
+// call's time (LearnerCall::started, finished) is read from an injected Clock;
+// its deadline is gRPC's, so real.
 #ifndef LIB_LEARNERS_FAN_OUT_H_
 #define LIB_LEARNERS_FAN_OUT_H_
 
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/base/clock.h"
 #include "lib/learners/call_path.h"
 #include "lib/learners/learner_pool.h"
 
@@ -30,9 +33,10 @@ struct LearnerCall {
   grpc::Status status;
   std::unique_ptr<grpc::ClientContext> context;
   // From when the learner could have its whole request (a streamed slice:
-  // when its last piece was given to the call) to its answer.
-  std::chrono::steady_clock::time_point started;
-  std::chrono::steady_clock::time_point finished;
+  // when its last piece was given to the call) to its answer, on the clock
+  // of whoever made the call (FanOut's, SliceSender's).
+  Clock::TimePoint started;
+  Clock::TimePoint finished;
 };
 
 template <typename Request, typename Reply>
@@ -71,15 +75,17 @@ using OneLeft =
 // learner (in the same order). `done` runs once, on a gRPC thread, with every
 // call's outcome; it may consume the calls. `one_left` (optional) runs on a
 // gRPC thread before `done`, if a call is still out when all the others have
-// answered.
+// answered. The calls are timed on `clock` (null: SteadyClock()), which must
+// outlive them.
 template <typename Request, typename Reply>
 void FanOut(grpc::CallbackServerContext* parent,
             std::chrono::milliseconds timeout, const std::string& call_path,
             std::vector<LearnerHandle> learners, std::vector<Request> requests,
             StartCall<Request, Reply> start,
             std::function<void(LearnerCalls<Request, Reply>&)> done,
-            OneLeft one_left = nullptr) {
+            OneLeft one_left = nullptr, Clock* clock = nullptr) {
   struct State {
+    Clock* clock;
     LearnerCalls<Request, Reply> calls;
     std::vector<Request> requests;
     std::function<void(LearnerCalls<Request, Reply>&)> done;
@@ -88,6 +94,7 @@ void FanOut(grpc::CallbackServerContext* parent,
     std::atomic<size_t> remaining{0};
   };
   auto state = std::make_shared<State>();
+  state->clock = &ClockOrSteady(clock);
   state->requests = std::move(requests);
   state->done = std::move(done);
   state->one_left = std::move(one_left);
@@ -110,10 +117,10 @@ void FanOut(grpc::CallbackServerContext* parent,
     auto& call = state->calls[i];
     const Request* request =
         &state->requests[state->requests.size() == 1 ? 0 : i];
-    call.started = std::chrono::steady_clock::now();
+    call.started = state->clock->Now();
     start(call.learner, call.context.get(), request, &call.reply,
           [state, &call, i](grpc::Status status) {
-            call.finished = std::chrono::steady_clock::now();
+            call.finished = state->clock->Now();
             call.status = std::move(status);
             state->answered[i] = true;
             const size_t before = state->remaining.fetch_sub(1);

@@ -19,6 +19,7 @@ SliceSender::SliceSender(Call* call, std::string head, Hooks hooks)
     : call_(call),
       head_(std::move(head)),
       hooks_(std::move(hooks)),
+      clock_(ClockOrSteady(hooks_.clock)),
       streamed_(call->learner.resource.learn_stream()) {}
 
 bool SliceSender::started() const {
@@ -54,7 +55,7 @@ void SliceSender::Add(grpc::ByteBuffer samples, size_t bytes) {
 
 void SliceSender::StartStream(grpc::ByteBuffer first, size_t bytes) {
   started_ = true;
-  call_->started = std::chrono::steady_clock::now();
+  call_->started = clock_.Now();
   queue_.emplace_back(std::move(first), bytes);
 }
 
@@ -67,14 +68,14 @@ void SliceSender::Close() {
       if (!started_) StartStream(WithHead(grpc::ByteBuffer()), 0);
       // The learner's time starts when its slice is whole: before, it waits
       // for the caller, whose pace is not the learner's (straggler.factor).
-      call_->started = std::chrono::steady_clock::now();
+      call_->started = clock_.Now();
     } else {
       if (!head_.empty()) collected_.emplace_back(head_.data(), head_.size());
       request_ = grpc::ByteBuffer(collected_.data(), collected_.size());
       collected_.clear();
       queued_bytes_ = 0;  // the connection's now
       started_ = true;
-      call_->started = std::chrono::steady_clock::now();
+      call_->started = clock_.Now();
     }
   }
   if (streamed_) {
@@ -174,7 +175,7 @@ void SliceSender::OnReadDone(bool ok) {
 void SliceSender::OnDone(const grpc::Status& status) { Finished(status); }
 
 void SliceSender::Finished(const grpc::Status& status) {
-  call_->finished = std::chrono::steady_clock::now();
+  call_->finished = clock_.Now();
   call_->status = status;
   request_.Clear();  // the unary call's; nothing else touches it now
   // The owner may destroy the sender within on_done: call a copy.

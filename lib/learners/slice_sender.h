@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "lib/base/clock.h"
 #include "lib/base/mutex.h"
 #include "lib/learners/fan_out.h"
 #include "proto/learner_names.h"
@@ -49,6 +50,9 @@ class SliceSender final
     std::function<void()> on_sent;
     // The call is over: the Call holds its status, reply and times.
     std::function<void()> on_done;
+    // What the Call's times are read from; null: SteadyClock(). Must outlive
+    // the call.
+    Clock* clock = nullptr;
   };
 
   // `call` names the learner and holds a fresh context (NewLearnerContext);
@@ -92,6 +96,7 @@ class SliceSender final
   Call* const call_;
   const std::string head_;
   const Hooks hooks_;
+  Clock& clock_;
   const bool streamed_;
   std::atomic<size_t> queued_bytes_{0};
 

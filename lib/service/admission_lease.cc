@@ -16,7 +16,7 @@ AdmissionLease::AdmissionLease(Admission* admission, const char* method,
                                std::string call_path)
     : admission_(admission),
       method_(method),
-      started_(std::chrono::steady_clock::now()),
+      started_(admission->clock_.Now()),
       call_path_(std::move(call_path)) {}
 
 AdmissionLease::~AdmissionLease() {
@@ -53,7 +53,7 @@ void AdmissionLease::Served(const grpc::Status& status) {
   FreeBytes();
   admission_->Record(
       method_, status,
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_)
+      std::chrono::duration<double>(admission_->clock_.Now() - started_)
           .count());
 }
 
@@ -68,8 +68,11 @@ void AdmissionLease::CountOut() {
   if (std::exchange(counted_in_, false)) admission_->CountOut();
 }
 
-Admission::Admission(std::string aggregator_id, AggregatorMetrics* metrics)
-    : aggregator_id_(std::move(aggregator_id)), metrics_(metrics) {}
+Admission::Admission(std::string aggregator_id, AggregatorMetrics* metrics,
+                     Clock* clock)
+    : aggregator_id_(std::move(aggregator_id)),
+      metrics_(metrics),
+      clock_(ClockOrSteady(clock)) {}
 
 std::unique_ptr<AdmissionLease> Admission::Admit(
     grpc::ServerContextBase* context, const char* method,

@@ -27,6 +27,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "lib/base/clock.h"
 #include "lib/base/mutex.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/service/inflight_budget.h"
@@ -42,8 +43,9 @@ class AdmissionLease {
   AdmissionLease& operator=(const AdmissionLease&) = delete;
 
   const char* method() const { return method_; }
-  // When the call was let in: what the served metrics time it from.
-  std::chrono::steady_clock::time_point started() const { return started_; }
+  // When the call was let in (on the Admission's clock): what the served
+  // metrics time it from.
+  Clock::TimePoint started() const { return started_; }
   // What the call's calls to learners carry (lib/learners/call_path.h).
   const std::string& call_path() const { return call_path_; }
 
@@ -73,7 +75,7 @@ class AdmissionLease {
 
   Admission* const admission_;
   const char* const method_;
-  const std::chrono::steady_clock::time_point started_;
+  const Clock::TimePoint started_;
   const std::string call_path_;
   // A unary call's, answered by the destructor if nothing else did.
   grpc::ServerUnaryReactor* reactor_ = nullptr;
@@ -85,8 +87,10 @@ class AdmissionLease {
 class Admission {
  public:
   // `aggregator_id` names this aggregator on the calls it relays (empty: no
-  // loop protection); `metrics` is optional and must outlive this.
-  Admission(std::string aggregator_id, AggregatorMetrics* metrics);
+  // loop protection); `metrics` is optional and must outlive this; calls are
+  // timed on `clock` (null: SteadyClock(); must outlive this).
+  Admission(std::string aggregator_id, AggregatorMetrics* metrics,
+            Clock* clock = nullptr);
 
   // Lets a call of `method` in: a lease, or null with `*refused` saying why
   // (recorded in the served metrics). With an aggregator id, `context`'s
@@ -122,6 +126,7 @@ class Admission {
 
   const std::string aggregator_id_;
   AggregatorMetrics* const metrics_;
+  Clock& clock_;
   InflightBudget budget_;
   mutable Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,7 +2,8 @@
 // metadata carries kTimingKey (any value) gets back, in its trailing metadata
 // under the same key, the moments the daemon saw, as CLOCK_MONOTONIC
 // nanoseconds (std::chrono::steady_clock on Linux, so a caller on the same
-// host can set them against its own):
+// host can set them against its own; they are read from the service's Clock,
+// which is the steady clock but in tests on a FakeClock):
 //
 //   arrived=T,learner0=T0-T1,learner1=T2-T3,...,merged=T,replied=T
 //
@@ -22,6 +23,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/clock.h"
 #include "lib/learners/fan_out.h"
 #include "proto/learner_names.h"
 
@@ -40,12 +42,12 @@ inline int64_t MonotonicNanos(std::chrono::steady_clock::time_point t) {
 }
 
 // Adds the timing to `context`'s trailing metadata; call it just before the
-// reactor's Finish. `merged` is ignored when there are no calls.
+// reactor's Finish. `merged` is ignored when there are no calls; `clock`
+// (the one the other moments were read from) says when it was replied.
 template <typename Request, typename Reply>
-void AddTiming(grpc::CallbackServerContext* context,
-               std::chrono::steady_clock::time_point arrived,
+void AddTiming(grpc::CallbackServerContext* context, Clock::TimePoint arrived,
                const LearnerCalls<Request, Reply>& calls,
-               std::chrono::steady_clock::time_point merged) {
+               Clock::TimePoint merged, const Clock& clock) {
   std::string timing = absl::StrCat("arrived=", MonotonicNanos(arrived));
   for (const auto& call : calls) {
     absl::StrAppend(&timing, ",", call.learner.id, "=",
@@ -55,8 +57,7 @@ void AddTiming(grpc::CallbackServerContext* context,
   if (!calls.empty()) {
     absl::StrAppend(&timing, ",merged=", MonotonicNanos(merged));
   }
-  absl::StrAppend(
-      &timing, ",replied=", MonotonicNanos(std::chrono::steady_clock::now()));
+  absl::StrAppend(&timing, ",replied=", MonotonicNanos(clock.Now()));
   context->AddTrailingMetadata(kTimingKey, timing);
 }
 

@@ -124,8 +124,8 @@ grpc::ServerUnaryReactor* LearnerService::Learn(
         // caller that sends its next batch at once must find the budget.
         call.lease->FreeBytes();
         if (call.timed) {
-          AddTiming(call.context, call.lease->started(), calls,
-                    std::chrono::steady_clock::now());
+          AddTiming(call.context, call.lease->started(), calls, clock_.Now(),
+                    clock_);
         }
         call.lease->Finish(call.reactor, status);
       });

@@ -191,7 +191,7 @@ class LearnerService::LearnStreamCall final
                                        batch.status().message()));
     }
     if (first) {
-      arrived_ = std::chrono::steady_clock::now();
+      arrived_ = service_->clock_.Now();
       if (grpc::Status begun = Begin(*batch); !begun.ok()) return begun;
     } else if (!batch->plan_id().empty() &&
                batch->plan_id() != claim_->plan().id) {
@@ -254,7 +254,8 @@ class LearnerService::LearnStreamCall final
       senders_.push_back(std::make_unique<SliceSender>(
           &call, head.SerializeAsString(),
           SliceSender::Hooks{[this] { OnSent(); },
-                             [this, i] { LearnerDone(i); }}));
+                             [this, i] { LearnerDone(i); },
+                             &service_->clock_}));
     }
     std::vector<LearnerHandle> watched;
     for (const Calls::value_type& call : calls_)
@@ -575,7 +576,8 @@ class LearnerService::LearnStreamCall final
     lease_->FreeBytes();
     claim_.reset();
     if (timed_ && !failure_.has_value()) {
-      AddTiming(context_, arrived_, calls_, std::chrono::steady_clock::now());
+      AddTiming(context_, arrived_, calls_, service_->clock_.Now(),
+                service_->clock_);
     }
     lease_->Served(status);
     FinishCall(status);

@@ -18,9 +18,11 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
       metrics_(options.metrics),
       max_reply_bytes_(options.max_reply_bytes),
       stream_window_bytes_(options.stream_window_bytes),
+      clock_(ClockOrSteady(options.clock)),
+      membership_(Membership::kFirstRetry, Membership::kMaxRetry, &clock_),
       memory_(ProcessMemoryLimit()),
       late_(options.clock, options.metrics),
-      admission_(std::move(options.aggregator_id), options.metrics) {
+      admission_(std::move(options.aggregator_id), options.metrics, &clock_) {
   SetConfig(config);
   // After SetConfig: its steps read the settings.
   rejoin_ =
@@ -155,16 +157,9 @@ absl::StatusOr<std::vector<LearnerHandle>> LearnerService::ReadyLearners(
 void LearnerService::WatchStragglers(
     const LearnerCalls<grpc::ByteBuffer, grpc::ByteBuffer>& calls,
     const Settings& settings) {
-  std::vector<std::pair<std::string, double>> seconds;
-  for (const auto& call : calls) {
-    if (!call.status.ok()) return;  // a failure is not a slow step
-    seconds.emplace_back(
-        call.learner.id,
-        std::chrono::duration<double>(call.finished - call.started).count());
-  }
   const StragglerConfig& straggler = settings.config.straggler;
   for (const StragglerWatch::Change& change :
-       stragglers_.Observe(straggler, seconds)) {
+       stragglers_.Observe(straggler, StragglerWatch::Times(calls))) {
     if (metrics_ != nullptr) metrics_->SetStraggler(change.id, change.flagged);
     const LearnerHandle* learner = nullptr;
     for (const auto& call : calls) {
@@ -225,8 +220,8 @@ grpc::ServerUnaryReactor* LearnerService::GetResource(
   }
   if (call.timed) {
     AddTiming(context, call.lease->started(),
-              LearnerCalls<pb::Resource, pb::Resource>(),
-              call.lease->started());
+              LearnerCalls<pb::Resource, pb::Resource>(), call.lease->started(),
+              clock_);
   }
   call.lease->Finish(call.reactor, ToGrpcWithFailedLearners(learners.status()));
   return call.reactor;

@@ -68,8 +68,10 @@ struct LearnerServiceOptions {
   // have more than this queued, so a slow one holds the caller back instead
   // of filling the aggregator's memory.
   size_t stream_window_bytes = 8 << 20;
-  // What late answers are timed by (straggler.late_after); null: the steady
-  // clock. Must outlive the service.
+  // What the service's time is read from: late answers (straggler.late_after),
+  // the retries of learners out under shrink, each learner call's time (the
+  // straggler watch, metrics, the timing header). null: the steady clock.
+  // Must outlive the service.
   Clock* clock = nullptr;
 };
 
@@ -261,6 +263,7 @@ class LearnerService final
   const int64_t max_reply_bytes_;
   const size_t stream_window_bytes_;
   SplitPlanner planner_;
+  Clock& clock_;
   Membership membership_;
   StragglerWatch stragglers_;
   const MemoryLimit memory_;  // what "auto" is a quarter of

@@ -146,7 +146,7 @@ void LearnerService::WatchedFanOut(
         }
         done(others);
       },
-      std::move(hook));
+      std::move(hook), &clock_);
 }
 
 template <typename Request, typename Reply>
@@ -161,8 +161,8 @@ void LearnerService::RelayTo(
         grpc::Status status = this->Summarize(call.method, calls);
         if (status.ok()) status = merge(calls);
         if (call.timed) {
-          AddTiming(call.context, call.lease->started(), calls,
-                    std::chrono::steady_clock::now());
+          AddTiming(call.context, call.lease->started(), calls, clock_.Now(),
+                    clock_);
         }
         call.lease->Finish(call.reactor, status);
       });

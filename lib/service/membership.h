@@ -60,13 +60,15 @@ class Membership {
     uint64_t generation = 0;
   };
 
+  static constexpr std::chrono::milliseconds kFirstRetry{1000};
+  static constexpr std::chrono::milliseconds kMaxRetry{30000};
+
   // The delay before a learner that failed while staying connected is tried
   // again (doubling to `max_retry` while it keeps failing), on `clock` (null:
   // SteadyClock(); must outlive this).
-  explicit Membership(
-      std::chrono::milliseconds first_retry = std::chrono::milliseconds(1000),
-      std::chrono::milliseconds max_retry = std::chrono::milliseconds(30000),
-      Clock* clock = nullptr);
+  explicit Membership(std::chrono::milliseconds first_retry = kFirstRetry,
+                      std::chrono::milliseconds max_retry = kMaxRetry,
+                      Clock* clock = nullptr);
 
   void SetPolicy(OnLearnerFailure policy);
   OnLearnerFailure policy() const;

@@ -91,13 +91,13 @@ bool RejoinStep::Start(const LearnerHandle& learner,
   }
   spdlog::debug("learner {}: replaying the task (StartTask) before it rejoins",
                 learner.Name());
-  pending->call.started = std::chrono::steady_clock::now();
+  pending->call.started = timers_.clock().Now();
   // The callback holds the state, not the step: it may end after the
   // destructor's wait only by what it does on the state.
   learner.stub->async()->StartTask(
       pending->call.context.get(), &pending->task, &pending->call.reply,
       [this, pending, state = state_](grpc::Status status) {
-        pending->call.finished = std::chrono::steady_clock::now();
+        pending->call.finished = timers_.clock().Now();
         pending->call.status = std::move(status);
         Ended(*pending);
         pending->counted.reset();

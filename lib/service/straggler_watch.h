@@ -6,10 +6,14 @@
 // Each learner's time is also kept as an exponentially weighted average and
 // as the percentiles of its last kRecentSteps steps, for status.
 //
+// The watch reads no clock: the times are the Learn calls' own, taken by the
+// fan-out on the service's clock (Times), so a FakeClock drives it exactly.
+//
 // Thread-safety: all methods may be called concurrently.
 #ifndef LIB_SERVICE_STRAGGLER_WATCH_H_
 #define LIB_SERVICE_STRAGGLER_WATCH_H_
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <utility>
@@ -18,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
+#include "lib/learners/fan_out.h"
 
 namespace aggregator {
 
@@ -36,6 +41,22 @@ class StragglerWatch {
     double p99_seconds = 0;
     bool flagged = false;
   };
+
+  // One step's times for Observe: each learner's call, from when it could
+  // have its whole request to its answer, in seconds. Empty when a call
+  // failed: a failure is not a slow step.
+  template <typename Request, typename Reply>
+  static std::vector<std::pair<std::string, double>> Times(
+      const LearnerCalls<Request, Reply>& calls) {
+    std::vector<std::pair<std::string, double>> seconds;
+    for (const auto& call : calls) {
+      if (!call.status.ok()) return {};
+      seconds.emplace_back(
+          call.learner.id,
+          std::chrono::duration<double>(call.finished - call.started).count());
+    }
+    return seconds;
+  }
 
   // One step: each learner's Learn time in seconds. Steps of a single learner
   // (nothing to compare with) change nothing.

@@ -1,7 +1,17 @@
-// StragglerWatch's arithmetic: streaks, flags once per episode, percentiles.
+// StragglerWatch's arithmetic: streaks, flags once per episode, percentiles;
+// and the watch fed by fan-outs timed on a FakeClock, whose calls answer when
+// the test says (no network, no sleeps).
 #include "lib/service/straggler_watch.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "lib/base/clock.h"
+#include "lib/learners/fan_out.h"
 
 namespace aggregator {
 namespace {
@@ -64,6 +74,83 @@ TEST_CASE("Reset forgets a learner's streak and flag") {
   watch.Reset("c");
   CHECK_FALSE(watch.Learners()["c"].flagged);
   CHECK(watch.Observe(config, Step(0.01, 0.01, 0.1)).size() == 1);
+}
+
+// Calls to in-process learners: each waits in `Pending()` until the test
+// answers it.
+std::vector<std::function<void(grpc::Status)>>& Pending() {
+  static auto* pending = new std::vector<std::function<void(grpc::Status)>>();
+  return *pending;
+}
+
+void StartPending(const LearnerHandle&, grpc::ClientContext*, const int*, int*,
+                  std::function<void(grpc::Status)> done) {
+  Pending().push_back(std::move(done));
+}
+
+// One Learn step over learners a, b, c on `clock`: learner i answers
+// `ms[i]` ms after the step started (failing where `fails` says), the clock
+// moving to each answer. Returns what the watch made of the step.
+std::vector<StragglerWatch::Change> TimedStep(
+    FakeClock& clock, StragglerWatch& watch, const StragglerConfig& config,
+    std::vector<int> ms, std::vector<bool> fails = {false, false, false}) {
+  std::vector<LearnerHandle> learners(3);
+  learners[0].id = "a";
+  learners[1].id = "b";
+  learners[2].id = "c";
+  std::vector<StragglerWatch::Change> changes;
+  bool done = false;
+  Pending().clear();
+  FanOut<int, int>(
+      nullptr, std::chrono::hours(1), "", learners, {0}, &StartPending,
+      [&](LearnerCalls<int, int>& calls) {
+        changes = watch.Observe(config, StragglerWatch::Times(calls));
+        done = true;
+      },
+      nullptr, &clock);
+  REQUIRE(Pending().size() == 3);
+  std::vector<size_t> order = {0, 1, 2};
+  std::sort(order.begin(), order.end(),
+            [&](size_t x, size_t y) { return ms[x] < ms[y]; });
+  int elapsed = 0;
+  for (const size_t i : order) {
+    clock.Advance(std::chrono::milliseconds(ms[i] - elapsed));
+    elapsed = ms[i];
+    Pending()[i](fails[i] ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone")
+                          : grpc::Status::OK);
+  }
+  REQUIRE(done);
+  return changes;
+}
+
+TEST_CASE(
+    "On a FakeClock, a learner whose Learns answer over factor x the others' "
+    "median for window steps is flagged, and unflagged when it answers in "
+    "time again; a failed step changes nothing") {
+  FakeClock clock;
+  StragglerWatch watch;
+  StragglerConfig config;
+  config.factor = 3;
+  config.window = 2;
+  CHECK(TimedStep(clock, watch, config, {10, 12, 40}).empty());
+  const auto flagged = TimedStep(clock, watch, config, {10, 12, 40});
+  REQUIRE(flagged.size() == 1);
+  CHECK(flagged[0].id == "c");
+  CHECK(flagged[0].flagged);
+  CHECK(flagged[0].ratio == Approx(40.0 / 11));
+  CHECK(watch.Learners()["c"].flagged);
+  CHECK(watch.Learners()["c"].ewma_seconds == Approx(0.040));
+  // A step where a learner failed is not a slow step, nor a normal one.
+  CHECK(TimedStep(clock, watch, config, {10, 12, 5}, {false, false, true})
+            .empty());
+  CHECK(watch.Learners()["c"].flagged);
+  // Twice the others' median: under factor, in time again.
+  const auto recovered = TimedStep(clock, watch, config, {10, 12, 22});
+  REQUIRE(recovered.size() == 1);
+  CHECK(recovered[0].id == "c");
+  CHECK_FALSE(recovered[0].flagged);
+  CHECK(recovered[0].ratio == Approx(2.0));
+  CHECK_FALSE(watch.Learners()["c"].flagged);
 }
 
 }  // namespace
