@@ -40,7 +40,8 @@ class FaultRunTest(unittest.TestCase):
         self.assertLess(first["next_learn"], 5.0, first)
         # The second hangs while the first is continued. With one replica out and one
         # hung, steps wait for the continued one to rejoin (min_learners 2): the next
-        # Learn is its rejoin (1.6-4 s today: the out learner's retry delay).
+        # Learn is its rejoin (1.6-4 s with the replay inside GetData, waiting for the out
+        # learner's retry delay; 1.0 s with rejoin off the call path).
         self.assertEqual(second.get("continued"), "dqn-0", second)
         self.assertIsNotNone(second["rejoin_learn"], f"dqn-0 not back within 7 s: {second}")
         # The second, continued while none hangs, is back.
