@@ -104,7 +104,10 @@ struct LearnerPool::Learner {
   // When the next attempt is due, while one is scheduled; `alarm` wakes the
   // connector then (see Run).
   std::optional<Clock::TimePoint> attempt_at;
-  std::unique_ptr<grpc::Alarm> alarm;
+  // The attempt alarm still pending, owned by its event: only ever cancelled
+  // here. gRPC 1.51 may still queue an alarm destroyed while it fires, so
+  // an alarm is freed with its event, once that has come back (Handle).
+  grpc::Alarm* alarm = nullptr;
   // The probe in flight, if any (owned by its event), to cancel on removal.
   grpc::ClientContext* probing = nullptr;
   aggregator::v1::Resource resource;  // its answer to the probe
@@ -134,7 +137,7 @@ struct LearnerPool::Event {
   std::string learner_id;
   uint64_t token;
   std::unique_ptr<Probe> probe;
-  std::unique_ptr<grpc::Alarm> alarm;  // kWake's own
+  std::unique_ptr<grpc::Alarm> alarm;  // kAttempt's and kWake's own
 };
 
 LearnerPool::LearnerPool(const ConnectConfig& connect,
@@ -162,10 +165,11 @@ void LearnerPool::Stop() {
     stopping_ = true;
     for (auto& learner : learners_) {
       if (learner->probing != nullptr) learner->probing->TryCancel();
+      if (learner->alarm != nullptr) learner->alarm->Cancel();
     }
     dropped.swap(learners_);
   }
-  // Destroying alarms and channels completes their pending events.
+  // Cancelled alarms and destroyed channels complete their pending events.
   dropped.clear();
   queue_.Shutdown();
   connector_.join();
@@ -201,6 +205,7 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
     for (auto& learner : learners_) {
       if (learner == nullptr) continue;
       if (learner->probing != nullptr) learner->probing->TryCancel();
+      if (learner->alarm != nullptr) learner->alarm->Cancel();
       {
         ScopedLogFields fields = learner->LogFields();
         spdlog::info(
@@ -285,6 +290,10 @@ void LearnerPool::Handle(Event* event, bool ok) {
   if (learner != nullptr && event->probe != nullptr &&
       learner->probing == &event->probe->context) {
     learner->probing = nullptr;
+  }
+  if (learner != nullptr && event->alarm != nullptr &&
+      learner->alarm == event->alarm.get()) {
+    learner->alarm = nullptr;  // freed with the event
   }
   if (learner == nullptr || learner->token != event->token) return;  // stale
   switch (event->kind) {
@@ -541,10 +550,12 @@ void LearnerPool::Watch(Learner* learner, grpc_connectivity_state state,
 void LearnerPool::Schedule(Learner* learner, Clock::TimePoint when) {
   learner->token = next_token_++;
   learner->attempt_at = when;
-  learner->alarm = std::make_unique<grpc::Alarm>();
-  learner->alarm->Set(
-      &queue_, WakeAt(when),
-      new Event{Event::kAttempt, learner->endpoint.id, learner->token});
+  if (learner->alarm != nullptr) learner->alarm->Cancel();  // stale now
+  auto* event =
+      new Event{Event::kAttempt, learner->endpoint.id, learner->token};
+  event->alarm = std::make_unique<grpc::Alarm>();
+  learner->alarm = event->alarm.get();
+  event->alarm->Set(&queue_, WakeAt(when), event);
 }
 
 // gRPC's timers take system_clock. The steady clock says how long is left;
