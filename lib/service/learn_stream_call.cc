@@ -432,6 +432,9 @@ class LearnerService::LearnStreamCall final
   }
 
   void LearnerDone(size_t i) {
+    // Once done_[i] is set another thread may complete the call and drop the
+    // other references: this one holds on until it is done here (as Fail).
+    refs_.fetch_add(1);
     grpc::Status failure;
     std::optional<size_t> silent;
     {
@@ -468,6 +471,7 @@ class LearnerService::LearnStreamCall final
     if (!failure.ok()) Fail(failure);
     if (silent) WatchLate(*silent);
     MaybeComplete();
+    Unref();
   }
 
   // Fails the call (the first failure wins) and cancels the learner calls at
