@@ -33,6 +33,7 @@ void Membership::SetPolicy(OnLearnerFailure policy) {
     for (auto& [id, entry] : entries_) {
       entry.standing = {};
       entry.replaying = false;
+      entry.probing = false;
       entry.retry_at = {};
       entry.retry_delay = std::chrono::milliseconds(0);
     }
@@ -48,7 +49,6 @@ Membership::View Membership::Select(const std::vector<LearnerHandle>& ready,
                                     bool claim_replays) {
   MutexLock lock(&mu_);
   View view;
-  const Clock::TimePoint now = clock_.Now();
   std::set<std::string> present;
   for (const LearnerHandle& learner : ready) {
     present.insert(learner.id);
@@ -62,12 +62,13 @@ Membership::View Membership::Select(const std::vector<LearnerHandle>& ready,
       entry.epoch = learner.epoch;
       entry.has_task = false;
       entry.replaying = false;
+      entry.probing = false;
       entry.retry_delay = std::chrono::milliseconds(0);
       if (entry.standing.state == LearnerStanding::kOut) entry.standing = {};
     }
-    if (entry.standing.state == LearnerStanding::kOut && now < entry.retry_at) {
-      continue;
-    }
+    // Back only when a probe answers (ProbeAnswered), not when its retry is
+    // due: a learner still hung would cost this call a wait.
+    if (entry.standing.state == LearnerStanding::kOut) continue;
     if (task_ && !entry.has_task) {
       entry.standing = {LearnerStanding::kRejoining, ""};
       if (entry.replaying) {
@@ -111,6 +112,51 @@ void Membership::Failed(const LearnerHandle& learner, const std::string& why) {
                           ? first_retry_
                           : std::min(max_retry_, entry.retry_delay * 2);
   entry.retry_at = clock_.Now() + entry.retry_delay;
+}
+
+std::vector<LearnerHandle> Membership::DueProbes(
+    const std::vector<LearnerHandle>& ready) {
+  MutexLock lock(&mu_);
+  std::vector<LearnerHandle> due;
+  if (policy_ != OnLearnerFailure::kShrink) return due;
+  const Clock::TimePoint now = clock_.Now();
+  for (const LearnerHandle& learner : ready) {
+    auto it = entries_.find(learner.id);
+    // Reconnected since it went out: Select has it back, no probe needed.
+    if (it == entries_.end() || it->second.epoch != learner.epoch) continue;
+    Entry& entry = it->second;
+    if (entry.standing.state != LearnerStanding::kOut || entry.probing ||
+        now < entry.retry_at) {
+      continue;
+    }
+    entry.probing = true;
+    due.push_back(learner);
+  }
+  return due;
+}
+
+bool Membership::ProbeAnswered(const LearnerHandle& learner) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(learner.id);
+  if (it == entries_.end() || it->second.epoch != learner.epoch) return false;
+  Entry& entry = it->second;
+  entry.probing = false;
+  if (policy_ != OnLearnerFailure::kShrink ||
+      entry.standing.state != LearnerStanding::kOut) {
+    return false;
+  }
+  entry.standing = {};
+  return true;
+}
+
+void Membership::ProbeFailed(const LearnerHandle& learner) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(learner.id);
+  if (it == entries_.end() || it->second.epoch != learner.epoch) return;
+  Entry& entry = it->second;
+  entry.probing = false;
+  if (entry.standing.state != LearnerStanding::kOut) return;
+  entry.retry_at = clock_.Now() + first_retry_;
 }
 
 void Membership::Rejoined(const LearnerHandle& learner, uint64_t task_seq) {

@@ -4,8 +4,12 @@
 // With `fail` (the default) every ready learner is a member, as before. With
 // `shrink`:
 // - a learner whose call fails leaves the plans at once (out: why), and comes
-//   back when it has reconnected or, if it stayed connected, after a delay
-//   that doubles while it keeps failing;
+//   back when it has reconnected or, if it stayed connected, when a probe
+//   (GetResource, sent off the call path by lib/service/rejoin_step.h once
+//   its retry delay has passed; the delay doubles while it keeps failing)
+//   answers: a hung learner costs no call a wait, and a continued one is
+//   back within a probe (issue 28). A failed probe is repeated first_retry
+//   later;
 // - while a task is open (StartTask succeeded, no CloseTask since), a learner
 //   that joins (new, reconnected, or back from out) first gets the task's
 //   StartTask replayed (by lib/service/rejoin_step.h): it is "rejoining"
@@ -83,6 +87,17 @@ class Membership {
 
   // shrink: `learner` leaves the plans; `why` says what failed.
   void Failed(const LearnerHandle& learner, const std::string& why);
+  // shrink: the out learners among `ready` whose retry is due, claimed: each
+  // is probed (GetResource) by one caller at a time, which ends the probe
+  // with ProbeAnswered or ProbeFailed.
+  std::vector<LearnerHandle> DueProbes(const std::vector<LearnerHandle>& ready);
+  // Its probe answered: back (through the task's replay if it lacks the
+  // task). Its retry delay stays, so failing again soon backs off longer.
+  // True when it was out and is back now.
+  bool ProbeAnswered(const LearnerHandle& learner);
+  // Its probe failed (or timed out, or was cancelled): out still, probed
+  // again first_retry from now (probes cost no call a wait).
+  void ProbeFailed(const LearnerHandle& learner);
   // Task `task_seq` (View::task_seq) was replayed to it: a member from now on,
   // unless another task was started or the task closed since that Select
   // (then it stays rejoining, and the current task is replayed to it).
@@ -113,6 +128,7 @@ class Membership {
     std::chrono::milliseconds retry_delay{0};
     bool has_task = false;   // replayed (or started) at this epoch
     bool replaying = false;  // a call replays the task to it now
+    bool probing = false;    // a probe (GetResource) to it is in flight
   };
 
   const std::chrono::milliseconds first_retry_;

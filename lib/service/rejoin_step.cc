@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 namespace aggregator {
 
 constexpr std::chrono::milliseconds RejoinStep::kPeriod;
+constexpr std::chrono::milliseconds RejoinStep::kProbeTimeout;
 
 RejoinStep::RejoinStep(Membership* membership, Clock* clock, Hooks hooks)
     : membership_(membership), hooks_(std::move(hooks)), timers_(clock) {
@@ -23,24 +25,29 @@ RejoinStep::~RejoinStep() { Stop(); }
 
 void RejoinStep::Stop() {
   std::vector<std::shared_ptr<Pending>> pending;
+  std::vector<std::shared_ptr<Probe>> probes;
   {
     MutexLock lock(&state_->mu);
     state_->stopping = true;
     if (state_->next != 0) timers_.Cancel(state_->next);
     for (const auto& [id, replay] : state_->replays) pending.push_back(replay);
+    for (const auto& [id, probe] : state_->probes) probes.push_back(probe);
   }
   // Outside the lock: a cancelled call's callback takes it.
   for (const auto& replay : pending) replay->call.context->TryCancel();
+  for (const auto& probe : probes) probe->context->TryCancel();
   MutexLock lock(&state_->mu);
   // Evaluated by the Mutex with state_->mu held.
   auto idle = [state = state_.get()]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return state->replays.empty();
+    return state->replays.empty() && state->probes.empty();
   };
   // A cancelled call ends promptly; its callback uses this until then.
   while (
       !state_->mu.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(1))) {
-    spdlog::warn("stopping: waiting for {} cancelled StartTask replay(s)",
-                 state_->replays.size());
+    spdlog::warn(
+        "stopping: waiting for {} cancelled StartTask replay(s) and {} "
+        "GetResource probe(s)",
+        state_->replays.size(), state_->probes.size());
   }
 }
 
@@ -57,12 +64,15 @@ void RejoinStep::Step() {
     if (state_->stopping) return;
     state_->next = 0;  // a Kick meanwhile schedules the next step
   }
-  Membership::View view =
-      membership_->Select(hooks_.ready(), /*claim_replays=*/true);
+  const std::vector<LearnerHandle> ready = hooks_.ready();
+  Membership::View view = membership_->Select(ready, /*claim_replays=*/true);
   for (const LearnerHandle& learner : view.to_replay) {
     if (!Start(learner, *view.task, view.task_seq)) {
       membership_->ReplayEnded(learner);
     }
+  }
+  for (const LearnerHandle& learner : membership_->DueProbes(ready)) {
+    if (!StartProbe(learner)) membership_->ProbeFailed(learner);
   }
   MutexLock lock(&state_->mu);
   if (state_->stopping || state_->next != 0) return;
@@ -128,6 +138,57 @@ void RejoinStep::Ended(Pending& pending) {
                 absl::StrCat("StartTask replay failed: ",
                              CodeName(replay.status.error_code()), ": ",
                              replay.status.error_message()));
+}
+
+bool RejoinStep::StartProbe(const LearnerHandle& learner) {
+  auto probe = std::make_shared<Probe>();
+  probe->learner = learner;
+  probe->context = NewLearnerContext(
+      nullptr,
+      std::chrono::system_clock::now() +
+          std::min<std::chrono::milliseconds>(hooks_.timeout(), kProbeTimeout),
+      hooks_.call_path);
+  {
+    MutexLock lock(&state_->mu);
+    // As Start: none starts once Stop waits.
+    if (state_->stopping) return false;
+    probe->counted = hooks_.enter();
+    if (probe->counted == nullptr) return false;
+    state_->probes[learner.id] = probe;
+  }
+  learner.stub->async()->GetResource(
+      probe->context.get(), &probe->request, &probe->reply,
+      [this, probe, state = state_](grpc::Status status) {
+        ProbeEnded(*probe, status);
+        probe->counted.reset();
+        MutexLock lock(&state->mu);
+        state->probes.erase(probe->learner.id);
+      });
+  return true;
+}
+
+void RejoinStep::ProbeEnded(const Probe& probe, const grpc::Status& status) {
+  bool stopping;
+  {
+    MutexLock lock(&state_->mu);
+    stopping = state_->stopping;
+  }
+  // Cancelled by Stop: says nothing of the learner.
+  if (stopping || !status.ok()) {
+    membership_->ProbeFailed(probe.learner);
+    if (!stopping) {
+      spdlog::debug("learner {}: still out, its GetResource probe failed: {}",
+                    probe.learner.Name(), status.error_message());
+    }
+    return;
+  }
+  if (!membership_->ProbeAnswered(probe.learner)) return;
+  ScopedLogFields fields({{"learner", probe.learner.id},
+                          {"address", probe.learner.address.ToString()}});
+  spdlog::info("learner {} rejoins the plans: it answered a GetResource probe",
+               probe.learner.Name());
+  // Lacking the task: the next step replays it (Select hands it out).
+  Kick();
 }
 
 }  // namespace aggregator

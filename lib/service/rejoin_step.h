@@ -6,6 +6,13 @@
 // call of its own, bounded by call_timeout, and counted as a call in flight
 // (Hooks::enter), so shutdown waits for it and draining starts none.
 //
+// The same step probes the learners that are out (on_learner_failure:
+// shrink) once their retry is due, with GetResource (no side effect, deadline
+// min(call_timeout, kProbeTimeout)), counted in and out like a replay: one
+// that answers is back in the plans, one that does not stays out and is
+// probed again first_retry later. So a hung learner costs no GetData or
+// Learn a late_after wait, and a continued one is back within a probe.
+//
 // Thread-safety: all methods may be called concurrently.
 #ifndef LIB_SERVICE_REJOIN_STEP_H_
 #define LIB_SERVICE_REJOIN_STEP_H_
@@ -32,6 +39,8 @@ namespace aggregator {
 class RejoinStep {
  public:
   static constexpr std::chrono::milliseconds kPeriod{100};
+  // A probe's deadline, at most (call_timeout if shorter).
+  static constexpr std::chrono::milliseconds kProbeTimeout{1000};
 
   using Replay = LearnerCall<aggregator::v1::StartTaskRequest,
                              aggregator::v1::StartTaskReply>;
@@ -61,8 +70,8 @@ class RejoinStep {
 
   // A step now (a call saw a learner waiting for its replay).
   void Kick();
-  // Stops the steps, cancels the replays in flight and waits until they have
-  // ended. Idempotent.
+  // Stops the steps, cancels the replays and probes in flight and waits until
+  // they have ended. Idempotent.
   void Stop();
 
  private:
@@ -73,24 +82,39 @@ class RejoinStep {
     Replay call;
     std::unique_ptr<AdmissionLease> counted;  // Hooks::enter's
   };
-  // What a replay's callback may still touch once the replay is counted out:
-  // shared, so the lock outlives the step's destructor's wait.
+  // One probe in flight.
+  struct Probe {
+    LearnerHandle learner;
+    std::unique_ptr<grpc::ClientContext> context;
+    aggregator::v1::GetResourceRequest request;
+    aggregator::v1::Resource reply;
+    std::unique_ptr<AdmissionLease> counted;  // its place among the calls
+  };
+  // What a replay's or probe's callback may still touch once the replay is
+  // counted out: shared, so the lock outlives the step's destructor's wait.
   struct State {
     Mutex mu;
     bool stopping ABSL_GUARDED_BY(mu) = false;
     TimerThread::Id next ABSL_GUARDED_BY(mu) = 0;  // the next step's timer
     // By learner id (one at a time per learner: Membership's claim).
     std::map<std::string, std::shared_ptr<Pending>> replays ABSL_GUARDED_BY(mu);
+    // By learner id (one at a time per learner: Membership::DueProbes).
+    std::map<std::string, std::shared_ptr<Probe>> probes ABSL_GUARDED_BY(mu);
   };
 
-  // Replays the task to each learner Membership hands out, then schedules
-  // the next step. On the timer thread.
+  // Replays the task to each learner Membership hands out, probes the out
+  // learners whose retry is due, then schedules the next step. On the timer
+  // thread.
   void Step();
   // Starts the replay to `learner`, counted in; false when none may start.
   bool Start(const LearnerHandle& learner,
              const aggregator::v1::StartTaskRequest& task, uint64_t task_seq);
   // The replay ended (on a gRPC thread): recorded, the learner in or out.
   void Ended(Pending& pending);
+  // Starts the probe of `learner`, counted in; false when none may start.
+  bool StartProbe(const LearnerHandle& learner);
+  // The probe ended (on a gRPC thread): the learner back or still out.
+  void ProbeEnded(const Probe& probe, const grpc::Status& status);
 
   Membership* const membership_;
   const Hooks hooks_;

@@ -167,11 +167,21 @@ TEST_CASE(
         std::vector<std::string>{"l1"});
 }
 
+// Probes the out learners whose retry is due, as the rejoin step does, each
+// answering; returns their ids.
+std::vector<std::string> ProbeAnswered(
+    Membership& membership, const std::vector<LearnerHandle>& ready) {
+  const std::vector<LearnerHandle> due = membership.DueProbes(ready);
+  for (const LearnerHandle& learner : due) membership.ProbeAnswered(learner);
+  return Ids(due);
+}
+
 // Timing on a FakeClock: every delay is exact, and nothing waits in real time.
 
 TEST_CASE(
-    "Under shrink a failed learner is tried again first_retry after it "
-    "failed, the delay doubling up to max_retry while it keeps failing") {
+    "Under shrink a failed learner is probed first_retry after it failed, "
+    "the delay doubling up to max_retry while it keeps failing, and is back "
+    "when its probe answers") {
   FakeClock clock;
   Membership membership(milliseconds(1000), milliseconds(4000), &clock);
   membership.SetPolicy(OnLearnerFailure::kShrink);
@@ -191,7 +201,9 @@ TEST_CASE(
     CHECK(membership.Standings().at("l1").state == LearnerStanding::kOut);
     CHECK(membership.Standings().at("l1").why ==
           "Learn: UNAVAILABLE: connection reset");
+    CHECK(membership.DueProbes(ready).empty());
     clock.Advance(milliseconds(1));
+    CHECK(ProbeAnswered(membership, ready) == std::vector<std::string>{"l1"});
     CHECK(Ids(membership.Select(ready).members) ==
           std::vector<std::string>{"l0", "l1"});
     CHECK(membership.Standings().empty());
@@ -209,6 +221,7 @@ TEST_CASE(
   membership.Select(before);
   membership.Failed(before[1], "Learn: connection reset");
   clock.Advance(milliseconds(1000));
+  REQUIRE(ProbeAnswered(membership, before) == std::vector<std::string>{"l1"});
   membership.Select(before);
   membership.Failed(before[1], "Learn: connection reset");  // 2 s now
   CHECK(Ids(membership.Select(before).members) ==
@@ -224,9 +237,13 @@ TEST_CASE(
   // The new connection's first failure waits first_retry, not 4 s.
   membership.Failed(after[1], "Learn: DEADLINE_EXCEEDED");
   clock.Advance(milliseconds(999));
+  CHECK(membership.DueProbes(after).empty());
   CHECK(Ids(membership.Select(after).members) ==
         std::vector<std::string>{"l0"});
   clock.Advance(milliseconds(1));
+  // A probe of the old connection says nothing of the new.
+  CHECK_FALSE(membership.ProbeAnswered(before[1]));
+  CHECK(ProbeAnswered(membership, after) == std::vector<std::string>{"l1"});
   CHECK(Ids(membership.Select(after).members) ==
         std::vector<std::string>{"l0", "l1"});
 }
@@ -254,6 +271,7 @@ TEST_CASE(
   CHECK(membership.generation() == start + 1);
   // Still connected, so it still has the task: back without a replay.
   clock.Advance(milliseconds(1000));
+  REQUIRE(ProbeAnswered(membership, ready) == std::vector<std::string>{"l1"});
   view = membership.Select(ready, true);
   CHECK(Ids(view.members) == std::vector<std::string>{"l0", "l1"});
   CHECK(view.to_replay.empty());
@@ -280,6 +298,8 @@ TEST_CASE(
   CHECK(view.to_replay.empty());
   CHECK(view.replaying.empty());
   clock.Advance(milliseconds(1));
+  REQUIRE(ProbeAnswered(membership, restarted) ==
+          std::vector<std::string>{"l1"});
   view = membership.Select(restarted, true);
   REQUIRE(Ids(view.to_replay) == std::vector<std::string>{"l1"});
   CHECK(view.generation == start + 3);
@@ -295,6 +315,83 @@ TEST_CASE(
   CHECK(stamp.generation() == start + 4);
   CHECK(std::vector<std::string>(stamp.members().begin(),
                                  stamp.members().end()) ==
+        std::vector<std::string>{"l0", "l1"});
+}
+
+TEST_CASE(
+    "An out learner whose retry is due stays out until its probe answers; "
+    "a failed probe keeps it out and it is probed again first_retry later, "
+    "its retry delay kept for its next failure (issue 28)") {
+  FakeClock clock;
+  Membership membership(milliseconds(1000), milliseconds(30000), &clock);
+  membership.SetPolicy(OnLearnerFailure::kShrink);
+  const std::vector<LearnerHandle> ready = {Learner("l0"), Learner("l1")};
+  const uint64_t start = membership.Select(ready).generation;
+  membership.Failed(ready[1], "GetData: late");
+  membership.Select(ready);
+  clock.Advance(milliseconds(1000));
+  membership.Failed(ready[1], "GetData: late");  // out for 2 s now
+  CHECK(Ids(membership.Select(ready).members) ==
+        std::vector<std::string>{"l0"});
+  clock.Advance(milliseconds(2000));
+
+  // Due: not back in the plans by itself, probed once at a time.
+  CHECK(Ids(membership.Select(ready).members) ==
+        std::vector<std::string>{"l0"});
+  CHECK(membership.Standings().at("l1").state == LearnerStanding::kOut);
+  REQUIRE(Ids(membership.DueProbes(ready)) == std::vector<std::string>{"l1"});
+  CHECK(membership.DueProbes(ready).empty());  // claimed
+  clock.Advance(milliseconds(5000));
+  CHECK(membership.DueProbes(ready).empty());  // still claimed
+  CHECK(Ids(membership.Select(ready).members) ==
+        std::vector<std::string>{"l0"});
+
+  // Its probe failed: out still, due again first_retry later (not 4 s).
+  membership.ProbeFailed(ready[1]);
+  CHECK(membership.Standings().at("l1").state == LearnerStanding::kOut);
+  CHECK(membership.Standings().at("l1").why == "GetData: late");
+  clock.Advance(milliseconds(999));
+  CHECK(membership.DueProbes(ready).empty());
+  clock.Advance(milliseconds(1));
+  REQUIRE(Ids(membership.DueProbes(ready)) == std::vector<std::string>{"l1"});
+  CHECK(membership.Select(ready).generation == start + 1);
+
+  // Answered: back, the generation moves.
+  CHECK(membership.ProbeAnswered(ready[1]));
+  Membership::View view = membership.Select(ready);
+  CHECK(Ids(view.members) == std::vector<std::string>{"l0", "l1"});
+  CHECK(view.generation == start + 2);
+  CHECK(membership.Standings().empty());
+  CHECK_FALSE(membership.ProbeAnswered(ready[1]));  // in: nothing to do
+
+  // Its delay was kept: failing again waits 4 s before its next probe.
+  membership.Failed(ready[1], "GetData: late");
+  clock.Advance(milliseconds(3999));
+  CHECK(membership.DueProbes(ready).empty());
+  clock.Advance(milliseconds(1));
+  CHECK(Ids(membership.DueProbes(ready)) == std::vector<std::string>{"l1"});
+
+  // A probe of an old connection, or a reconnect meanwhile: not its business.
+  const std::vector<LearnerHandle> restarted = {Learner("l0"),
+                                                Learner("l1", 2)};
+  CHECK(Ids(membership.Select(restarted).members) ==
+        std::vector<std::string>{"l0", "l1"});
+  CHECK_FALSE(membership.ProbeAnswered(ready[1]));
+  membership.ProbeFailed(ready[1]);
+  CHECK(membership.Standings().empty());
+  CHECK(membership.DueProbes(restarted).empty());
+}
+
+TEST_CASE("Under fail no learner is probed") {
+  FakeClock clock;
+  Membership membership(milliseconds(1000), milliseconds(30000), &clock);
+  const std::vector<LearnerHandle> ready = {Learner("l0"), Learner("l1")};
+  membership.SetPolicy(OnLearnerFailure::kShrink);
+  membership.Failed(ready[1], "Learn: late");
+  membership.SetPolicy(OnLearnerFailure::kFail);
+  clock.Advance(milliseconds(5000));
+  CHECK(membership.DueProbes(ready).empty());
+  CHECK(Ids(membership.Select(ready).members) ==
         std::vector<std::string>{"l0", "l1"});
 }
 

@@ -2,6 +2,7 @@
 // task replayed and joins the plans by a step of its own (RejoinStep), never
 // waiting for another learner's call, here one stuck on a hung learner.
 // Example learners on loopback; a is hung by its fault file.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -30,8 +31,9 @@ void WriteFaults(const std::string& path, const std::string& faults) {
   REQUIRE(rename((path + ".new").c_str(), path.c_str()) == 0);
 }
 
-// a, b and c under shrink, each with a fault file; late_after off and a long
-// call_timeout, so a call stuck on a hung learner stays stuck.
+// a, b and c under shrink, each with a fault file; late_after off (unless
+// given) and a long call_timeout, so a call stuck on a hung learner stays
+// stuck.
 struct Cluster {
   std::string dir = TempDir();
   ExampleLearnerOptions options[3];
@@ -40,7 +42,8 @@ struct Cluster {
   std::unique_ptr<AggregatorServer> server;
   std::unique_ptr<pb::Learner::Stub> stub;
 
-  Cluster() {
+  explicit Cluster(StragglerConfig::LateAfter late_after = {
+                       StragglerConfig::LateAfter::Mode::kOff, {}}) {
     std::vector<aggregator::LearnerEndpoint> endpoints;
     for (int i = 0; i < 3; ++i) {
       options[i].batch_size = 8;
@@ -53,8 +56,7 @@ struct Cluster {
     AggregatorConfig config = FastConfig(endpoints, 1);
     config.service.on_learner_failure = OnLearnerFailure::kShrink;
     config.service.call_timeout = milliseconds(60000);
-    config.service.straggler.late_after = {
-        StragglerConfig::LateAfter::Mode::kOff, {}};
+    config.service.straggler.late_after = late_after;
     server = StartReadyAggregator(config);
     REQUIRE(Eventually([&] { return server->pool().ReadyCount() == 3; }));
     stub = LearnerStub(server->address());
@@ -186,6 +188,70 @@ TEST_CASE(
   pb::DataDemand demand;
   REQUIRE(cluster.stub->GetData(Deadline().get(), {}, &demand).ok());
   CHECK(demand.membership().members_size() == 2);
+}
+
+// Issue 28: a learner out for being late (hung, as SIGSTOPped) is probed
+// with GetResource off the call path, not tried again inside the calls.
+TEST_CASE(
+    "A hung learner out for being late costs no GetData a late_after wait, "
+    "and is back in the plans within 2 s of being continued") {
+  constexpr auto kLateAfter = milliseconds(500);
+  Cluster cluster({StragglerConfig::LateAfter::Mode::kFixed, kLateAfter});
+  // b stops answering anything, GetResource too.
+  WriteFaults(cluster.options[1].fault_file, "delay_ms=600000");
+  // The GetData that finds it late puts it out.
+  {
+    pb::DataDemand demand;
+    cluster.stub->GetData(Deadline().get(), {}, &demand);
+  }
+  REQUIRE(Eventually([&] { return !cluster.In("b"); }));
+  const auto out = Clock::now();
+
+  // The coordinator steps on for 3 s while b stays hung: past its retries
+  // (1 s, then 2 s), none waits late_after for it again.
+  double slowest = 0;
+  int steps = 0;
+  while (Clock::now() - out < milliseconds(3000)) {
+    const auto start = Clock::now();
+    pb::DataDemand demand;
+    const grpc::Status status =
+        cluster.stub->GetData(Deadline().get(), {}, &demand);
+    slowest = std::max(slowest, Seconds(Clock::now() - start));
+    ++steps;
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    CHECK(demand.membership().members_size() == 2);
+    pb::LearnRequest batch = Batch(static_cast<int>(demand.batch_size()),
+                                   "h" + std::to_string(steps));
+    batch.set_plan_id(demand.plan_id());
+    pb::LearnReply reply;
+    REQUIRE(cluster.stub->Learn(Deadline().get(), batch, &reply).ok());
+    // The coordinator's pace, not a wait for anything.
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  std::printf("b hung 3 s: %d GetData+Learn steps, slowest GetData %.3f s\n",
+              steps, slowest);
+  CHECK(slowest < Seconds(kLateAfter) / 2);
+  CHECK_FALSE(cluster.In("b"));
+
+  // Continued: its calls under way answer, later ones are not delayed.
+  WriteFaults(cluster.options[1].fault_file, "");
+  cluster.learners[1]->learner->Continue();
+  const auto continued = Clock::now();
+  const bool back = Eventually(
+      [&] {
+        return cluster.In("b") && cluster.server->pool().ReadyCount() == 3;
+      },
+      milliseconds(5000));
+  const double seconds = Seconds(Clock::now() - continued);
+  std::printf("b back in the plans %.3f s after it was continued\n", seconds);
+  REQUIRE(back);
+  CHECK(seconds < 2.0);
+  pb::DataDemand demand;
+  REQUIRE(cluster.stub->GetData(Deadline().get(), {}, &demand).ok());
+  const auto& members = demand.membership().members();
+  CHECK(std::vector<std::string>(members.begin(), members.end()) ==
+        std::vector<std::string>{"a", "b", "c"});
 }
 
 TEST_CASE("A replay in flight is a call in flight, for drain and shutdown") {

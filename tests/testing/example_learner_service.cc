@@ -139,7 +139,11 @@ grpc::Status ExampleLearner::Enter(const char* method) {
   }
   if (faults->delay.count() > 0 &&
       (faults->delay_on.empty() || faults->delay_on == method)) {
-    mu_.AwaitWithTimeout(absl::Condition(&stopped_),
+    // Evaluated by the Mutex with mu_ held.
+    auto released = [this, at = continued_]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return stopped_ || continued_ != at;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&released),
                          absl::FromChrono(faults->delay));
   }
   if (faults->fail_on == method) {
@@ -234,6 +238,11 @@ grpc::Status ExampleLearner::CloseTask(grpc::ServerContext*,
 void ExampleLearner::Stop() {
   MutexLock lock(&mu_);
   stopped_ = true;
+}
+
+void ExampleLearner::Continue() {
+  MutexLock lock(&mu_);
+  ++continued_;
 }
 
 std::vector<std::vector<std::string>> ExampleLearner::received() const {

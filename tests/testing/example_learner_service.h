@@ -88,6 +88,9 @@ class ExampleLearner final : public aggregator::v1::Learner::Service {
 
   // Releases delayed calls at once (before the server shuts down).
   void Stop();
+  // Releases the calls delayed now, as SIGCONT a stopped process; later
+  // calls are delayed as the faults say.
+  void Continue();
 
   // For tests: the replay_unique_id strings of each Learn call received, in
   // order.
@@ -107,6 +110,7 @@ class ExampleLearner final : public aggregator::v1::Learner::Service {
   const ExampleLearnerOptions options_;
   mutable Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t continued_ ABSL_GUARDED_BY(mu_) = 0;  // Continue()s so far
   int64_t calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t learner_step_ ABSL_GUARDED_BY(mu_) = 0;
   bool task_open_ ABSL_GUARDED_BY(mu_) = false;
