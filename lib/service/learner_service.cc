@@ -21,12 +21,11 @@ LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
       clock_(ClockOrSteady(options.clock)),
       membership_(Membership::kFirstRetry, Membership::kMaxRetry, &clock_),
       memory_(ProcessMemoryLimit()),
-      late_(options.clock, options.metrics),
+      late_(&clock_, options.metrics),
       admission_(std::move(options.aggregator_id), options.metrics, &clock_) {
   SetConfig(config);
   // After SetConfig: its steps read the settings.
-  rejoin_ =
-      std::make_unique<RejoinStep>(&membership_, options.clock, RejoinHooks());
+  rejoin_ = std::make_unique<RejoinStep>(&membership_, &clock_, RejoinHooks());
 }
 
 RejoinStep::Hooks LearnerService::RejoinHooks() {
