@@ -1,6 +1,6 @@
 #include "lib/ops/repeat_limiter.h"
 
-#include <optional>
+#include <utility>
 #include <vector>
 
 namespace aggregator {
@@ -8,31 +8,27 @@ namespace aggregator {
 RepeatLimiter::RepeatLimiter(Options options, Summarize summarize)
     : options_(options),
       summarize_(std::move(summarize)),
-      clock_(ClockOrSteady(options.clock)) {
-  waker_token_ = clock_.AddWaker([this] { Wake(); });
-}
+      clock_(ClockOrSteady(options.clock)),
+      timers_(&clock_) {}
 
 RepeatLimiter::~RepeatLimiter() {
-  std::thread thread;
+  std::vector<std::pair<std::string, uint64_t>> pending;
   {
     MutexLock lock(&mu_);
-    stopping_ = true;
-    changed_.SignalAll();
-    thread = std::move(thread_);
+    for (auto& [source, window] : windows_) {
+      if (window.suppressed == 0) continue;
+      timers_.Cancel(window.summary);
+      pending.emplace_back(source, window.suppressed);
+      window.suppressed = 0;
+    }
   }
-  if (thread.joinable()) thread.join();
-  clock_.RemoveWaker(waker_token_);
-}
-
-void RepeatLimiter::Wake() {
-  MutexLock lock(&mu_);
-  ++ticks_;
-  changed_.SignalAll();
+  for (const auto& [source, suppressed] : pending) {
+    summarize_(source, suppressed);
+  }
 }
 
 bool RepeatLimiter::Admit(const std::string& source) {
-  // Read without mu_: a fake clock calls Wake (which takes mu_) under its own
-  // lock.
+  // Read without mu_: a fake clock wakes the timer thread under its own lock.
   const Clock::TimePoint now = clock_.Now();
   uint64_t summary = 0;
   bool admitted = false;
@@ -40,65 +36,39 @@ bool RepeatLimiter::Admit(const std::string& source) {
     MutexLock lock(&mu_);
     Window& window = windows_[source];  // a new one has ended long ago
     if (now >= window.ends) {
-      if (window.suppressed > 0) {  // the thread has not written it yet
-        pending_.erase({window.ends, source});
+      if (window.suppressed > 0) {  // its timer has not written it yet
+        timers_.Cancel(window.summary);
         summary = window.suppressed;
       }
-      window = Window{now + options_.window, 0, 0};
+      window = Window{now + options_.window};
     }
     admitted = window.written < options_.burst;
     if (admitted) {
       ++window.written;
     } else if (window.suppressed++ == 0) {
-      pending_.emplace(window.ends, source);
-      ++ticks_;
-      changed_.SignalAll();
-      if (!thread_.joinable() && !stopping_) {
-        thread_ = std::thread([this] { Run(); });
-      }
+      const Clock::TimePoint ends = window.ends;
+      window.summary = timers_.Schedule(
+          ends, [this, source, ends] { SummaryDue(source, ends); });
     }
   }
   if (summary > 0) summarize_(source, summary);
   return admitted;
 }
 
-void RepeatLimiter::Run() {
-  mu_.Lock();
-  while (!pending_.empty() || !stopping_) {
-    if (pending_.empty()) {
-      changed_.Wait(&mu_);  // idle: no wake-ups until a line is suppressed
-      continue;
+void RepeatLimiter::SummaryDue(const std::string& source,
+                               Clock::TimePoint ends) {
+  uint64_t suppressed = 0;
+  {
+    MutexLock lock(&mu_);
+    auto window = windows_.find(source);
+    if (window == windows_.end() || window->second.ends != ends ||
+        window->second.suppressed == 0) {
+      return;
     }
-    const Clock::TimePoint when = pending_.begin()->first;
-    const uint64_t seen = ticks_;
-    mu_.Unlock();
-    const Clock::TimePoint now = clock_.Now();
-    const std::optional<Clock::Duration> delay = clock_.RealDelayUntil(when);
-    mu_.Lock();
-    std::vector<std::pair<std::string, uint64_t>> due;
-    while (!pending_.empty() && (stopping_ || pending_.begin()->first <= now)) {
-      const std::string source = pending_.begin()->second;
-      pending_.erase(pending_.begin());
-      auto window = windows_.find(source);
-      due.emplace_back(source, window->second.suppressed);
-      windows_.erase(window);  // its next line starts a new window
-    }
-    if (!due.empty()) {
-      mu_.Unlock();
-      for (const auto& [source, suppressed] : due) {
-        summarize_(source, suppressed);
-      }
-      mu_.Lock();
-      continue;
-    }
-    if (ticks_ != seen) continue;  // something changed while it looked
-    if (delay.has_value()) {
-      changed_.WaitWithTimeout(&mu_, absl::FromChrono(*delay));
-    } else {
-      changed_.Wait(&mu_);
-    }
+    suppressed = window->second.suppressed;
+    windows_.erase(window);  // its next line starts a new window
   }
-  mu_.Unlock();
+  summarize_(source, suppressed);
 }
 
 }  // namespace aggregator

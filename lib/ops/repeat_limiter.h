@@ -5,13 +5,11 @@
 // junk connections wrote 5,000 "Handshake failed" lines); with the limiter
 // they write at most `burst` lines and a summary per window.
 //
-// Summaries are written on a thread of the limiter's own, started at the
-// first suppressed line. It waits only while a summary is pending: an idle
-// limiter makes no wake-ups. On a fake clock it wakes whenever the clock is
-// advanced.
+// Summaries are written by a TimerThread of the limiter's own: it starts at
+// the first suppressed line, and an idle limiter makes no wake-ups.
 //
 // Thread-safety: all methods may be called from any thread. `summarize` is
-// called without the limiter's lock, on its thread or in Admit.
+// called without the limiter's lock, on its timer thread or in Admit.
 #ifndef LIB_OPS_REPEAT_LIMITER_H_
 #define LIB_OPS_REPEAT_LIMITER_H_
 
@@ -19,14 +17,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <set>
 #include <string>
-#include <thread>
-#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "lib/base/clock.h"
 #include "lib/base/mutex.h"
+#include "lib/base/timer_thread.h"
 
 namespace aggregator {
 
@@ -42,7 +38,7 @@ class RepeatLimiter {
       std::function<void(const std::string& source, uint64_t suppressed)>;
 
   RepeatLimiter(Options options, Summarize summarize);
-  // Stops the thread; summaries still pending are written first.
+  // Writes the summaries still pending, then stops its thread.
   ~RepeatLimiter();
   RepeatLimiter(const RepeatLimiter&) = delete;
   RepeatLimiter& operator=(const RepeatLimiter&) = delete;
@@ -57,25 +53,22 @@ class RepeatLimiter {
     Clock::TimePoint ends;
     int written = 0;
     uint64_t suppressed = 0;
+    TimerThread::Id summary = 0;  // while suppressed > 0
   };
 
-  void Run() ABSL_LOCKS_EXCLUDED(mu_);
-  void Wake() ABSL_LOCKS_EXCLUDED(mu_);
+  // The timer of the window of `source` that ends at `ends`: writes its
+  // summary unless Admit has already (a new window has begun).
+  void SummaryDue(const std::string& source, Clock::TimePoint ends)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   const Summarize summarize_;
   Clock& clock_;
-  int waker_token_ = 0;
   Mutex mu_;
-  CondVar changed_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t ticks_ ABSL_GUARDED_BY(mu_) = 0;  // new pending ends, clock jumps
   // By source. Sources are a program's log call sites: a bounded set.
   std::map<std::string, Window> windows_ ABSL_GUARDED_BY(mu_);
-  // The windows with suppressed lines, by when they end.
-  std::set<std::pair<Clock::TimePoint, std::string>> pending_
-      ABSL_GUARDED_BY(mu_);
-  std::thread thread_ ABSL_GUARDED_BY(mu_);
+  // Last: stopped first, so no summary runs on a limiter being destroyed.
+  TimerThread timers_;
 };
 
 }  // namespace aggregator

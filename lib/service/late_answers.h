@@ -26,7 +26,7 @@
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/service/late_watch.h"
-#include "lib/service/timer_thread.h"
+#include "lib/base/timer_thread.h"
 
 namespace aggregator {
 

@@ -31,7 +31,7 @@
 #include "lib/learners/learner_pool.h"
 #include "lib/service/admission_lease.h"
 #include "lib/service/membership.h"
-#include "lib/service/timer_thread.h"
+#include "lib/base/timer_thread.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {

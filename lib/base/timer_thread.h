@@ -1,12 +1,14 @@
 // TimerThread: runs callbacks at time points of a Clock, on a thread of its
-// own, so a timer (a late learner's, the membership step's) never waits for a
-// call to finish, nor a call for a timer. On a fake clock the thread wakes
-// whenever the clock is advanced.
+// own, so a timer (a late learner's, the rejoin step's, a log summary) never
+// waits for a call to finish, nor a call for a timer. The thread starts with
+// the first timer, and waits without waking while no timer is pending: an
+// idle TimerThread costs no CPU. On a fake clock it wakes whenever the clock
+// is advanced.
 //
 // Thread-safety: all methods may be called from any thread, callbacks
 // included. Callbacks run one at a time; they must not block for long.
-#ifndef LIB_SERVICE_TIMER_THREAD_H_
-#define LIB_SERVICE_TIMER_THREAD_H_
+#ifndef LIB_BASE_TIMER_THREAD_H_
+#define LIB_BASE_TIMER_THREAD_H_
 
 #include <cstdint>
 #include <functional>
@@ -54,9 +56,9 @@ class TimerThread {
   std::set<std::pair<Clock::TimePoint, Id>> order_ ABSL_GUARDED_BY(mu_);
   std::map<Id, std::pair<Clock::TimePoint, std::function<void()>>> timers_
       ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
+  std::thread thread_ ABSL_GUARDED_BY(mu_);  // started by the first Schedule
 };
 
 }  // namespace aggregator
 
-#endif  // LIB_SERVICE_TIMER_THREAD_H_
+#endif  // LIB_BASE_TIMER_THREAD_H_

@@ -1,19 +1,20 @@
-#include "lib/service/timer_thread.h"
+#include "lib/base/timer_thread.h"
 
 namespace aggregator {
 
 TimerThread::TimerThread(Clock* clock) : clock_(ClockOrSteady(clock)) {
   waker_token_ = clock_.AddWaker([this] { Wake(); });
-  thread_ = std::thread([this] { Run(); });
 }
 
 TimerThread::~TimerThread() {
+  std::thread thread;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
     changed_.SignalAll();
+    thread = std::move(thread_);
   }
-  thread_.join();
+  if (thread.joinable()) thread.join();
   clock_.RemoveWaker(waker_token_);
 }
 
@@ -31,6 +32,9 @@ TimerThread::Id TimerThread::Schedule(Clock::TimePoint when,
   timers_.emplace(id, std::make_pair(when, std::move(callback)));
   ++ticks_;
   changed_.SignalAll();
+  if (!thread_.joinable() && !stopping_) {
+    thread_ = std::thread([this] { Run(); });
+  }
   return id;
 }
 

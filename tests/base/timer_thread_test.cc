@@ -1,0 +1,134 @@
+// TimerThread on a fake clock: a timer runs once its time has come on the
+// clock and not before, in time order; a cancelled one never runs; a callback
+// may schedule and cancel; the thread exists only once a timer was scheduled.
+#include "lib/base/timer_thread.h"
+
+#include <dirent.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "lib/base/clock.h"
+
+namespace aggregator {
+namespace {
+
+using std::chrono::seconds;
+
+// What the timers did, in order; waits for it with a deadline.
+class Runs {
+ public:
+  std::function<void()> Record(std::string name) {
+    return [this, name] {
+      std::lock_guard<std::mutex> lock(mu_);
+      runs_.push_back(name);
+      changed_.notify_all();
+    };
+  }
+  // The first `count` runs, once there (fewer at the deadline).
+  std::vector<std::string> WaitFor(size_t count) {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait_for(lock, seconds(10), [&] { return runs_.size() >= count; });
+    return runs_;
+  }
+  std::vector<std::string> Now() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return runs_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<std::string> runs_;
+};
+
+// This process's threads.
+size_t ThreadCount() {
+  size_t count = 0;
+  DIR* tasks = opendir("/proc/self/task");
+  REQUIRE(tasks != nullptr);
+  while (dirent* entry = readdir(tasks)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  closedir(tasks);
+  return count;
+}
+
+TEST_CASE("Timers run when the clock reaches them, in time order") {
+  FakeClock clock;
+  Runs runs;
+  TimerThread timers(&clock);
+  const Clock::TimePoint start = clock.Now();
+  timers.Schedule(start + seconds(20), runs.Record("b"));
+  timers.Schedule(start + seconds(10), runs.Record("a"));
+  timers.Schedule(start + seconds(30), runs.Record("c"));
+
+  clock.Advance(seconds(9));
+  // A timer due now on the clock runs; one that is not due did not run
+  // before it (the timers run in order, one at a time).
+  timers.Schedule(clock.Now(), runs.Record("now"));
+  CHECK(runs.WaitFor(1) == std::vector<std::string>{"now"});
+
+  clock.Advance(seconds(11));  // 20 s: a and b are due
+  CHECK(runs.WaitFor(3) == std::vector<std::string>{"now", "a", "b"});
+  timers.Schedule(clock.Now(), runs.Record("marker"));
+  CHECK(runs.WaitFor(4).back() == "marker");  // c (30 s) has not run
+  clock.Advance(seconds(10));
+  CHECK(runs.WaitFor(5).back() == "c");
+}
+
+TEST_CASE("A cancelled timer never runs; a callback may schedule and cancel") {
+  FakeClock clock;
+  Runs runs;
+  TimerThread timers(&clock);
+  const Clock::TimePoint start = clock.Now();
+  const TimerThread::Id cancelled =
+      timers.Schedule(start + seconds(5), runs.Record("cancelled"));
+  TimerThread::Id later = 0;
+  later = timers.Schedule(start + seconds(20), runs.Record("later"));
+  timers.Schedule(start + seconds(5), [&] {
+    timers.Cancel(later);
+    timers.Schedule(start + seconds(6), runs.Record("scheduled by a timer"));
+  });
+  timers.Cancel(cancelled);
+  timers.Cancel(cancelled);  // twice is fine
+  timers.Cancel(12345);      // as is a timer that never was
+
+  clock.Advance(seconds(30));
+  CHECK(runs.WaitFor(1) == std::vector<std::string>{"scheduled by a timer"});
+  timers.Schedule(clock.Now(), runs.Record("marker"));
+  CHECK(runs.WaitFor(2) ==
+        std::vector<std::string>{"scheduled by a timer", "marker"});
+}
+
+TEST_CASE("The thread starts with the first timer; pending ones die with it") {
+  FakeClock clock;
+  Runs runs;
+  const size_t before = ThreadCount();
+  {
+    TimerThread timers(&clock);
+    CHECK(ThreadCount() == before);  // idle: no thread at all
+    timers.Schedule(clock.Now() + seconds(1), runs.Record("never"));
+    CHECK(ThreadCount() == before + 1);
+  }
+  clock.Advance(seconds(2));  // the destroyed thread's waker is gone too
+  CHECK(runs.Now().empty());
+}
+
+TEST_CASE("On the steady clock a timer runs once its time has come") {
+  Runs runs;
+  TimerThread timers;
+  const auto start = std::chrono::steady_clock::now();
+  timers.Schedule(timers.clock().Now() + std::chrono::milliseconds(30),
+                  runs.Record("due"));
+  CHECK(runs.WaitFor(1) == std::vector<std::string>{"due"});
+  CHECK(std::chrono::steady_clock::now() - start >=
+        std::chrono::milliseconds(30));
+}
+
+}  // namespace
+}  // namespace aggregator
