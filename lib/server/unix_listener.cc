@@ -1,5 +1,6 @@
 #include "lib/server/unix_listener.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,7 +25,7 @@ UnixListenerPath::UnixListenerPath(std::string path, std::string what)
     : path_(std::move(path)), what_(std::move(what)) {}
 
 UnixListenerPath::~UnixListenerPath() {
-  if (!bound_) return;
+  if (pinned_ < 0) return;
   struct stat now {};
   // Another daemon may have replaced it since (after we stopped listening):
   // that one is not ours to remove.
@@ -32,6 +33,7 @@ UnixListenerPath::~UnixListenerPath() {
       now.st_ino == inode_) {
     unlink(path_.c_str());
   }
+  close(pinned_);
 }
 
 absl::Status UnixListenerPath::Claim() {
@@ -87,19 +89,26 @@ absl::Status UnixListenerPath::Claim() {
 }
 
 absl::Status UnixListenerPath::Restrict(mode_t mode) {
+  // Pinned first, so the identity kept is that of the file the descriptor
+  // holds.
+  const int pinned = open(path_.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
   struct stat bound {};
-  if (lstat(path_.c_str(), &bound) != 0 || !S_ISSOCK(bound.st_mode)) {
+  if (pinned < 0 || fstat(pinned, &bound) != 0 || !S_ISSOCK(bound.st_mode)) {
+    if (pinned >= 0) close(pinned);
     return absl::InternalError(
         absl::StrCat(Describe(path_, what_), ": no socket after binding"));
   }
   if (chmod(path_.c_str(), mode) != 0) {
+    const int error = errno;
+    close(pinned);
     return absl::FailedPreconditionError(absl::StrCat(
         Describe(path_, what_), absl::StrFormat(": chmod %04o: ", mode),
-        std::strerror(errno)));
+        std::strerror(error)));
   }
+  if (pinned_ >= 0) close(pinned_);
+  pinned_ = pinned;
   device_ = bound.st_dev;
   inode_ = bound.st_ino;
-  bound_ = true;
   return absl::OkStatus();
 }
 

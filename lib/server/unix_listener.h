@@ -37,7 +37,12 @@ class UnixListenerPath {
   // The bound socket's identity: only it is removed at the end.
   dev_t device_ = 0;
   ino_t inode_ = 0;
-  bool bound_ = false;
+  // An O_PATH descriptor of the bound socket's file, held until the end (-1:
+  // none). While it is open the inode is not freed, so its number cannot go
+  // to a socket another daemon binds at the path once ours was removed (ext4
+  // gives a freed inode's number out again at once): a matching device and
+  // inode then really is ours.
+  int pinned_ = -1;
 };
 
 }  // namespace aggregator

@@ -144,6 +144,28 @@ TEST_CASE(
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
+TEST_CASE(
+    "At the end a socket that replaced ours at the path is left alone, even "
+    "when the filesystem gives it our socket's inode number") {
+  const ShortDir dir;
+  const std::string path = dir.path + "/agg.sock";
+  {
+    UnixListenerPath listener(path, "listen");
+    REQUIRE(listener.Claim().ok());
+    // Bound here and given its mode; then this server stops listening.
+    close(BindAt(path, true));
+    REQUIRE(listener.Restrict(0660).ok());
+    // Another daemon claims the stale socket (removing it) and binds its own
+    // there before this one's listener path is destroyed. ext4 hands a freed
+    // inode's number out again at once.
+    UnixListenerPath other(path, "listen");
+    REQUIRE(other.Claim().ok());
+    REQUIRE_FALSE(Exists(path));
+    close(BindAt(path, true));
+  }
+  CHECK(IsSocket(path));
+}
+
 TEST_CASE("A path claimed but never restricted is left at the end") {
   const ShortDir dir;
   const std::string path = dir.path + "/agg.sock";
