@@ -158,9 +158,10 @@ TEST_CASE(
 TEST_CASE(
     "Timing a SIGHUP after exec, the starter leaves the CPU to the daemon") {
   // A starter that busy-waits preempts the daemon it has just started on the
-  // daemon's own CPU in a third of the starts (posix_spawn returns from the
-  // daemon's execve) and keeps it for a scheduler tick: that, not the daemon,
-  // made sighup_window's sweep see starts killed 8-12 ms after exec.
+  // daemon's own CPU in about a third of the starts (posix_spawn returns from
+  // the daemon's execve) and keeps it for a scheduler tick or two: that, not
+  // the daemon, made sighup_window's sweep see starts killed 8-12 ms after
+  // exec (tools/bench/sighup_starter.h).
   const std::vector<std::string> daemon = QuietDaemon();
   const double before = RunnableMs();
   auto outcome =
@@ -176,11 +177,18 @@ TEST_CASE(
 TEST_CASE(
     "A SIGHUP 10 ms after exec does not end the daemon, unless it was kept "
     "from a CPU") {
-  // The bound (item 17): SIGHUP blocked within 10 ms of exec. On an
-  // idle machine the daemon blocks it ~3.5 ms after exec, with ~1.3 ms of CPU
-  // (tools/bench/BENCH.md). A busy machine makes it wait for a CPU, which no
-  // code in the daemon can shorten: a start killed at 10 ms counts against
-  // the daemon only if it had had 10 ms of CPU by then.
+  // The bound (item 17): SIGHUP blocked within 10 ms of exec. What
+  // comes first is ld.so's work: 0.4 ms undisturbed, ~4 ms of CPU under the
+  // load of a shared build machine (tools/bench/BENCH.md). A busy machine
+  // also makes it wait for a CPU, which no code in the daemon can shorten: a
+  // start killed at 10 ms counts against the daemon only if it had had 10 ms
+  // of CPU by then.
+  if (kSanitizerBuild) {
+    WARN(
+        "not checked: sanitizer builds link every library shared, and the "
+        "sanitizer's runtime starts up before the signals are blocked");
+    return;
+  }
   const std::vector<std::string> daemon = QuietDaemon();
   int killed = 0;
   int killed_with_cpu = 0;
