@@ -4,15 +4,18 @@
 // signal is raised from inside that window by a preloaded library
 // (raise_at_load.c): a signal sent from here could as well arrive before
 // ld.so has relocated, which no code in the executable can cover
-// (tools/bench/sighup_window measures that window).
+// (tools/bench/sighup_window measures that window; the last two cases here
+// check it and how it is measured).
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <string>
 
 #include "tests/testing/process_helpers.h"
+#include "tools/bench/sighup_starter.h"
 
 using namespace aggregator::testing;
 
@@ -20,6 +23,27 @@ namespace {
 
 constexpr char kDaemon[] = "daemon/aggregatord";
 constexpr char kRaiser[] = "tests/daemon/libraise_at_load.so";
+
+// What sighup_window runs: no learners, the Learner API on a free port.
+std::vector<std::string> QuietDaemon() {
+  const std::string config =
+      WriteFile(TempDir() + "/aggregator.yaml",
+                "min_learners: 0\nmetrics: {listen: \"\"}\n"
+                "admin: {listen: \"\"}\n");
+  return {kDaemon, "--config", config, "--listen", "127.0.0.1:0"};
+}
+
+// How long this thread has been runnable, on a CPU or waiting for one, ms
+// (/proc/thread-self/schedstat): a busy wait is runnable throughout however
+// little of the CPU others' load leaves it; a sleep is not.
+double RunnableMs() {
+  std::ifstream schedstat("/proc/thread-self/schedstat");
+  double run_ns = 0;
+  double wait_ns = 0;
+  schedstat >> run_ns >> wait_ns;
+  REQUIRE(schedstat);
+  return (run_ns + wait_ns) / 1e6;
+}
 
 // Starts aggregatord with `signal_name` (HUP or TERM) raised at load.
 std::unique_ptr<aggregator::Subprocess> StartRaising(const char* signal_name) {
@@ -129,4 +153,57 @@ TEST_CASE(
   CHECK_THAT(log, Catch::Contains("aggregatord listening on") &&
                       Catch::Contains("received SIGTERM") &&
                       Catch::Contains("stopped"));
+}
+
+TEST_CASE(
+    "Timing a SIGHUP after exec, the starter leaves the CPU to the daemon") {
+  // A starter that busy-waits preempts the daemon it has just started on the
+  // daemon's own CPU in about a third of the starts (posix_spawn returns from
+  // the daemon's execve) and keeps it for a scheduler tick or two: that, not
+  // the daemon, made sighup_window's sweep see starts killed 8-12 ms after
+  // exec (tools/bench/sighup_starter.h).
+  const std::vector<std::string> daemon = QuietDaemon();
+  const double before = RunnableMs();
+  auto outcome =
+      aggregator::SighupAfter(daemon, std::chrono::milliseconds(200));
+  const double runnable = RunnableMs() - before;
+  REQUIRE(outcome.ok());
+  INFO("the starter was runnable for " << runnable
+                                       << " ms of its 200 ms wait and the "
+                                          "300 ms after the SIGHUP");
+  CHECK(runnable < 100);
+}
+
+TEST_CASE(
+    "A SIGHUP 10 ms after exec does not end the daemon, unless it was kept "
+    "from a CPU") {
+  // The bound (item 17): SIGHUP blocked within 10 ms of exec. What
+  // comes first is ld.so's work: 0.4 ms undisturbed, ~4 ms of CPU under the
+  // load of a shared build machine (tools/bench/BENCH.md). A busy machine
+  // also makes it wait for a CPU, which no code in the daemon can shorten: a
+  // start killed at 10 ms counts against the daemon only if it had had 10 ms
+  // of CPU by then.
+  if (kSanitizerBuild) {
+    WARN(
+        "not checked: sanitizer builds link every library shared, and the "
+        "sanitizer's runtime starts up before the signals are blocked");
+    return;
+  }
+  const std::vector<std::string> daemon = QuietDaemon();
+  int killed = 0;
+  int killed_with_cpu = 0;
+  std::string cpu_of_killed;
+  for (int i = 0; i < 30; ++i) {
+    auto outcome =
+        aggregator::SighupAfter(daemon, std::chrono::milliseconds(10));
+    REQUIRE(outcome.ok());
+    if (!outcome->killed) continue;
+    ++killed;
+    cpu_of_killed += std::to_string(outcome->cpu_ms) + " ";
+    if (outcome->cpu_ms >= 10) ++killed_with_cpu;
+  }
+  INFO("killed " << killed << " of 30; their CPU time by the SIGHUP, ms: "
+                 << cpu_of_killed);
+  CHECK(killed_with_cpu == 0);
+  if (killed > 0) WARN("starts killed while waiting for a CPU: " << killed);
 }
