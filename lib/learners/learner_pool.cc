@@ -30,20 +30,6 @@ constexpr std::chrono::seconds kIdleWake{1};
 
 }  // namespace
 
-const char* LearnerStateName(LearnerState state) {
-  switch (state) {
-    case LearnerState::kConnecting:
-      return "connecting";
-    case LearnerState::kReady:
-      return "ready";
-    case LearnerState::kFailed:
-      return "failed";
-    case LearnerState::kRemoved:
-      return "removed";
-  }
-  return "unknown";
-}
-
 grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes,
                                                const ConnectConfig& connect) {
   grpc::ChannelArguments args;

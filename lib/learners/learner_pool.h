@@ -14,8 +14,10 @@
 // due when the test advances the clock past it. Deadlines that gRPC keeps
 // (a watch, a probe) are real time; see learner_pool.cc.
 //
-// Calls take a LearnerHandle snapshot; a handle keeps its channel alive, so
-// removing a learner (SetLearners) never breaks a call in flight.
+// The Learner service sees it as a LearnerRoster
+// (lib/learners/learner_roster.h). Calls take a LearnerHandle snapshot; a
+// handle keeps its channel alive, so removing a learner (SetLearners) never
+// breaks a call in flight.
 //
 // Thread-safety: all public methods may be called from any thread. Internal
 // state is guarded by mu_.
@@ -40,56 +42,10 @@
 #include "lib/base/host_port.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
+#include "lib/learners/learner_roster.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
-
-// Per-learner call statistics, shared by the pool and the handles.
-struct LearnerCounters {
-  std::atomic<int64_t> calls{0};
-  std::atomic<int64_t> failures{0};
-};
-
-// Where a learner is in its life (see the file comment).
-enum class LearnerState {
-  kConnecting,
-  kReady,
-  // Not reachable within connect.timeout; still retried in the background.
-  kFailed,
-  // Dropped by a reload; waits for its in-flight calls to finish.
-  kRemoved,
-};
-
-// "connecting", "ready", "failed", "removed".
-const char* LearnerStateName(LearnerState state);
-
-// One learner as status and metrics see it.
-struct LearnerSnapshot {
-  std::string id;
-  HostPort address;
-  LearnerState state = LearnerState::kConnecting;
-  std::string last_error;
-  int64_t calls = 0;
-  int64_t failures = 0;
-};
-
-// A ready learner as a call sees it. Valid (and its channel open) while held.
-struct LearnerHandle {
-  std::string id;
-  HostPort address;
-  // Bumped each time the learner becomes ready: a plan made at one epoch is not
-  // valid at another.
-  uint64_t epoch = 0;
-  std::shared_ptr<aggregator::v1::Learner::Stub> stub;
-  // The same channel for calls relayed as raw bytes (Learn).
-  std::shared_ptr<grpc::GenericStub> generic;
-  std::shared_ptr<LearnerCounters> counters;
-  // Its answer to GetResource when it connected (a learner's resources do not
-  // change while it runs), so GetResource needs no round trip.
-  aggregator::v1::Resource resource;
-  // "learner0 (127.0.0.1:22300)", for messages.
-  std::string Name() const { return id + " (" + address.ToString() + ")"; }
-};
 
 // What the pool's owner may add besides the configuration.
 struct LearnerPoolHooks {
@@ -110,12 +66,12 @@ struct LearnerPoolHooks {
 grpc::ChannelArguments LearnerChannelArguments(int64_t max_message_bytes,
                                                const ConnectConfig& connect);
 
-class LearnerPool {
+class LearnerPool final : public LearnerRoster {
  public:
   // `max_message_bytes` bounds every message on the learners' channels.
   LearnerPool(const ConnectConfig& connect, int64_t max_message_bytes,
               LearnerPoolHooks hooks = {});
-  ~LearnerPool();  // Stop()s
+  ~LearnerPool() override;  // Stop()s
   LearnerPool(const LearnerPool&) = delete;
   LearnerPool& operator=(const LearnerPool&) = delete;
 
@@ -132,29 +88,23 @@ class LearnerPool {
   // Applies to connection attempts from now on (a reload).
   void SetConnectConfig(const ConnectConfig& connect);
 
-  // The ready learners, in configured order.
-  std::vector<LearnerHandle> Ready() const;
-  size_t ReadyCount() const;
-  size_t size() const;
-
-  // The learner `id` if it is still ready at `epoch`; otherwise
-  // FAILED_PRECONDITION saying what happened to it.
+  // LearnerRoster:
+  std::vector<LearnerHandle> Ready() const override;
   absl::StatusOr<LearnerHandle> Current(const std::string& id,
-                                        uint64_t epoch) const;
+                                        uint64_t epoch) const override;
+  void RecordCall(const LearnerHandle& learner,
+                  const grpc::Status& status) override;
+  std::vector<LearnerSnapshot> Status() const override;
+  std::string DescribeNotReady() const override;
+  size_t size() const override;
+
+  // How many of size() are ready now.
+  size_t ReadyCount() const;
 
   // Waits until at least `count` learners are ready or the deadline passes
   // (a real one, whatever the pool's clock: the caller waits in real time).
   bool WaitForReady(size_t count,
                     std::chrono::steady_clock::time_point deadline) const;
-
-  // Records a call's outcome against a learner (counters and last error).
-  void RecordCall(const LearnerHandle& learner, const grpc::Status& status);
-
-  // One entry per learner, in configured order.
-  std::vector<LearnerSnapshot> Status() const;
-  // "learner1 (127.0.0.1:22301) connecting: connection refused; ..." for every
-  // learner that is not ready, for error messages.
-  std::string DescribeNotReady() const;
 
  private:
   struct Learner;

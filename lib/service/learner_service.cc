@@ -12,9 +12,10 @@ namespace aggregator {
 
 namespace pb = aggregator::v1;
 
-LearnerService::LearnerService(LearnerPool* pool, const ServiceConfig& config,
+LearnerService::LearnerService(LearnerRoster* learners,
+                               const ServiceConfig& config,
                                LearnerServiceOptions options)
-    : pool_(pool),
+    : pool_(learners),
       metrics_(options.metrics),
       max_reply_bytes_(options.max_reply_bytes),
       stream_window_bytes_(options.stream_window_bytes),

@@ -1,5 +1,7 @@
 // LearnerService: the aggregator's side of the Learner API. Each call fans out
-// to the pool's learners (lib/learners/fan_out.h) and merges their answers:
+// (lib/learners/fan_out.h) to the ready learners of its roster
+// (lib/learners/learner_roster.h: the daemon's pool, or a test's in-process
+// fakes) and merges their answers:
 // - GetResource sums the ready learners' own resources (asked as they
 //   connected);
 // - StartTask and CloseTask go to every ready learner; any failure fails the
@@ -44,7 +46,7 @@
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
 #include "lib/learners/fan_out.h"
-#include "lib/learners/learner_pool.h"
+#include "lib/learners/learner_roster.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/service/admission_lease.h"
 #include "lib/service/late_answers.h"
@@ -82,9 +84,9 @@ class LearnerService final
           aggregator::v1::Learner::WithRawCallbackMethod_Learn<
               aggregator::v1::Learner::CallbackService>> {
  public:
-  // `pool` must outlive the service. A call proceeds with min_learners ready
-  // learners (at least one is always needed).
-  LearnerService(LearnerPool* pool, const ServiceConfig& config,
+  // `learners` (the daemon's LearnerPool) must outlive the service. A call
+  // proceeds with min_learners ready learners (at least one is always needed).
+  LearnerService(LearnerRoster* learners, const ServiceConfig& config,
                  LearnerServiceOptions options = {});
 
   void SetConfig(const ServiceConfig& config);
@@ -258,7 +260,8 @@ class LearnerService final
   // in-flight count, call_timeout, the records and MarkFailed.
   RejoinStep::Hooks RejoinHooks();
 
-  LearnerPool* const pool_;
+  // The learners (the daemon's LearnerPool; named for it).
+  LearnerRoster* const pool_;
   AggregatorMetrics* const metrics_;
   const int64_t max_reply_bytes_;
   const size_t stream_window_bytes_;
