@@ -8,6 +8,7 @@ import json
 import pickle
 import random
 import unittest
+import unittest.mock
 
 import numpy as np
 from google.protobuf import struct_pb2
@@ -15,6 +16,7 @@ from google.protobuf.message import DecodeError
 
 import testutil
 from learner_aggregator import AggregatorClient, LearnerServer, Sample
+from learner_aggregator import structs, wire
 from learner_aggregator._proto import learner_pb2
 from learner_aggregator.structs import fill_struct, from_struct, from_struct_bytes, to_struct
 from learner_aggregator.wire import decode_learn_request, encode_plan_id, encode_sample
@@ -108,6 +110,19 @@ class DecodeTest(unittest.TestCase):
         self.assertEqual(rest.membership.generation, 4)
         self.assertEqual(list(rest.membership.members), ["a", "b"])
         self.assertEqual(len(rest.samples), 0)
+
+    def test_what_protobuf_writes_takes_the_fast_way(self):
+        # aggregatord forwards what its protobuf (C++, as this one) serializes.
+        request = protobuf_request([Sample(b"d" * 200, {"replay_unique_id": "7-x",
+                                                        "weight": 0.5, "done": False,
+                                                        "none": None, "": ""})] * 3, "p")
+        with unittest.mock.patch.object(structs, "_parse_struct",
+                                        side_effect=AssertionError("parsed by protobuf")):
+            # Not _NotCanonical, which would have the whole request parsed by protobuf.
+            samples, rest = wire._decode_canonical(request.SerializeToString())
+            metas = [s.meta for s in samples]
+        self.assertEqual(rest.plan_id, "p")
+        self.assertEqual(metas, [from_struct(s.meta) for s in request.samples])
 
     def test_other_layouts_read_as_protobuf_reads_them(self):
         meta_a, meta_b = Sample(b"", {"a": 1.0}), Sample(b"", {"b": "x"})
