@@ -98,15 +98,23 @@ def _struct(meta: Dict[str, Any]) -> Optional[bytes]:
     for key, item in meta.items():
         kind = type(item)
         if kind is float or kind is int:  # the commonest, from cached bytes
-            head = _number_head(key)
+            head = _number_heads.get(key) or _number_head(key)
             if head is None:
                 return None
             append(head)
             append(_pack_double(item))
             continue
-        prefix = _key(key)
+        prefix = _keys.get(key) or _key(key)
         if prefix is None:
             return None
+        if kind is str:
+            text = item.encode()
+            size = len(text)
+            entry_size = len(prefix) + size + 4
+            if entry_size < 0x80:  # every length one byte: the next commonest, inline
+                append(b"".join((b"\x0a", _VARINTS[entry_size], prefix, b"\x12",
+                                 _VARINTS[size + 2], b"\x1a", _VARINTS[size], text)))
+                continue
         value = _value(item)
         entry = prefix + b"\x12" + _varint(len(value)) + value
         append(b"\x0a" + _varint(len(entry)) + entry)
@@ -158,38 +166,6 @@ def _read_varint(buffer: bytes, i: int) -> Tuple[int, int]:
         shift += 7
 
 
-def _read_length(buffer: bytes, i: int) -> Tuple[int, int]:
-    """_read_varint, the one-byte case first."""
-    if i < len(buffer) and buffer[i] < 0x80:
-        return buffer[i], i + 1
-    return _read_varint(buffer, i)
-
-
-def _read_sample(buffer: bytes, i: int, end: int) -> Sample:
-    """The Sample whose fields are buffer[i:end]: data (1) then meta (2), either may be
-    absent (empty), nothing else."""
-    data = b""
-    wire_meta = b""
-    if i < end and buffer[i] == 0x0A:
-        length, i = _read_length(buffer, i + 1)
-        if i + length > end:
-            raise _NotCanonical()
-        data = buffer[i:i + length]
-        i += length
-    if i < end and buffer[i] == 0x12:
-        length, i = _read_length(buffer, i + 1)
-        if i + length > end:
-            raise _NotCanonical()
-        wire_meta = buffer[i:i + length]
-        i += length
-    if i != end:
-        raise _NotCanonical()
-    sample = Sample.__new__(Sample)
-    sample.data = data
-    sample.__dict__["_wire_meta"] = wire_meta  # Sample.meta decodes it at first read
-    return sample
-
-
 def decode_learn_request(buffer: bytes) -> Tuple[List[Sample], learner_pb2.LearnRequest]:
     """A serialized LearnRequest's samples, and the request with its other fields
     (plan_id, membership) and no samples. DecodeError as protobuf's parse when the
@@ -205,25 +181,57 @@ def decode_learn_request(buffer: bytes) -> Tuple[List[Sample], learner_pb2.Learn
 
 
 def _decode_canonical(buffer: bytes) -> Tuple[List[Sample], learner_pb2.LearnRequest]:
-    samples = []
+    try:
+        return _decode_fields(buffer)
+    except IndexError:  # a length or a tag past the end
+        raise _NotCanonical() from None
+
+
+def _decode_fields(buffer: bytes) -> Tuple[List[Sample], learner_pb2.LearnRequest]:
+    # One loop, lengths under 128 read inline: it runs for every sample.
+    samples: List[Sample] = []
     others = []  # the other fields' bytes, parsed by protobuf (merging as it does)
+    new_sample = Sample.__new__
     i = 0
     size = len(buffer)
     while i < size:
         start = i
-        key, i = _read_varint(buffer, i)
-        if key & 7 != 2:  # every field of a LearnRequest is length-delimited
+        key = buffer[i]
+        if key >= 0x80 or key & 7 != 2:  # all of a LearnRequest's fields: 1-15, LEN
             raise _NotCanonical()
-        length, i = _read_length(buffer, i)
+        length = buffer[i + 1]
+        i += 2
+        if length >= 0x80:
+            length, i = _read_varint(buffer, i - 1)
         end = i + length
         if end > size:
             raise _NotCanonical()
-        if key == 0x0A:
-            samples.append(_read_sample(buffer, i, end))
-        else:
+        if key != 0x0A:
             others.append(buffer[start:end])
-        i = end
+            i = end
+            continue
+        # A Sample: data (1) then meta (2), either absent when empty, nothing else.
+        data = wire_meta = b""
+        if i < end and buffer[i] == 0x0A:
+            length = buffer[i + 1]
+            i += 2
+            if length >= 0x80:
+                length, i = _read_varint(buffer, i - 1)
+            data = buffer[i:i + length]
+            i += length
+        if i < end and buffer[i] == 0x12:
+            length = buffer[i + 1]
+            i += 2
+            if length >= 0x80:
+                length, i = _read_varint(buffer, i - 1)
+            wire_meta = buffer[i:i + length]
+            i += length
+        if i != end:  # also when a length ran past the sample's end
+            raise _NotCanonical()
+        sample = new_sample(Sample)
+        # No `meta` yet: Sample.meta decodes _wire_meta at first read.
+        sample.__dict__.update(data=data, _wire_meta=wire_meta)
+        samples.append(sample)
     rest = learner_pb2.LearnRequest.FromString(b"".join(others)) if others else \
         learner_pb2.LearnRequest()
     return samples, rest
-
