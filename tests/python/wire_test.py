@@ -7,6 +7,8 @@ import dataclasses
 import json
 import pickle
 import random
+import sys
+import threading
 import unittest
 import unittest.mock
 
@@ -156,6 +158,28 @@ class DecodeTest(unittest.TestCase):
         self.assertEqual(vars(sample), {"data": b"abc", "meta": sent.meta})
         self.assertIs(sample.meta, sample.meta)  # decoded once, then an attribute
 
+    def test_threads_reading_meta_at_once_get_one_dict(self):
+        sent = Sample(b"abc", {f"k{i}": f"v{i}" for i in range(200)})  # a long decode
+        # Switch threads every microsecond, so that their reads overlap.
+        self.addCleanup(sys.setswitchinterval, sys.getswitchinterval())
+        sys.setswitchinterval(1e-6)
+        for _ in range(100):
+            (sample,), _ = decode_learn_request(encode_sample(sent))
+            start = threading.Barrier(4)
+            seen = []
+
+            def read():
+                start.wait(timeout=testutil.LONG_WAIT)
+                seen.append(sample.meta)
+            threads = [threading.Thread(target=read) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=testutil.LONG_WAIT)
+            self.assertEqual(len(seen), 4)
+            self.assertTrue(all(meta is sample.meta for meta in seen),
+                            "threads reading meta at once got different dicts")
+
     def test_a_sample_from_the_wire_is_an_ordinary_sample(self):
         sent = Sample(b"abc", {"s": "x"})  # one key: a Struct map has no order
         fresh = lambda: decode_learn_request(encode_sample(sent))[0][0]  # noqa: E731
@@ -164,6 +188,9 @@ class DecodeTest(unittest.TestCase):
         self.assertEqual(dataclasses.replace(fresh(), data=b"d"), Sample(b"d", sent.meta))
         self.assertEqual(copy.deepcopy(fresh()), sent)
         self.assertEqual(pickle.loads(pickle.dumps(fresh())), sent)
+        # Pickled with its meta decoded: a Sample class without the descriptor loads it.
+        self.assertEqual(fresh().__getstate__(), {"data": b"abc", "meta": sent.meta})
+        self.assertEqual(vars(copy.copy(fresh())), {"data": b"abc", "meta": sent.meta})
         assigned = fresh()
         assigned.meta = {"mine": True}  # an assignment before any read wins
         self.assertEqual(assigned.meta, {"mine": True})

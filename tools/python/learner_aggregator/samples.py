@@ -44,17 +44,31 @@ class _MetaFromWire:
         if sample is None:  # Sample.meta: the class has no such attribute, as before
             raise AttributeError("type object 'Sample' has no attribute 'meta'")
         state = sample.__dict__
-        if "_wire_meta" not in state:
-            raise AttributeError("'Sample' object has no attribute 'meta'")
-        meta = from_struct_bytes(state["_wire_meta"])
-        state["meta"] = meta
+        wire = state.get("_wire_meta")
+        if wire is None:  # decoded by another thread meanwhile (or never had a meta)
+            try:
+                meta: Dict[str, Any] = state["meta"]
+                return meta
+            except KeyError:
+                raise AttributeError("'Sample' object has no attribute 'meta'") from None
+        # setdefault: threads reading it at once all get the one dict that stays.
+        meta = state.setdefault("meta", from_struct_bytes(wire))
         state.pop("_wire_meta", None)
         return meta
+
+
+def _sample_state(sample: Sample) -> Dict[str, Any]:
+    """Sample.__getstate__: a sample from the wire is pickled (and copied) with its meta
+    decoded, so that any Sample class can load it."""
+    if "_wire_meta" in sample.__dict__:
+        sample.meta  # decodes it into __dict__
+    return sample.__dict__
 
 
 # Set after the dataclass is made: the dataclass removed `meta` from the class (its
 # default is a factory), and its __init__ still assigns it as a plain attribute.
 setattr(Sample, "meta", _MetaFromWire())
+setattr(Sample, "__getstate__", _sample_state)
 
 
 def encode_arrays(arrays: Mapping[str, Any]) -> bytes:
