@@ -9,13 +9,13 @@ import grpc
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from learner_aggregator import wire
 from learner_aggregator._proto import (
     admin_pb2, admin_pb2_grpc, health_pb2, health_pb2_grpc, learner_pb2, learner_pb2_grpc)
 from learner_aggregator.errors import AggregatorError, failed_learners_from
 from learner_aggregator.learner import DataDemand, LearnResult, Resource, TaskReply
 from learner_aggregator.samples import Sample
-from learner_aggregator.structs import (fill_struct, from_list, from_struct, from_value,
-                                        to_struct)
+from learner_aggregator.structs import from_list, from_struct, from_value, to_struct
 
 
 def message_to_dict(message: Message) -> Dict[str, Any]:
@@ -120,6 +120,13 @@ class AggregatorClient:
         # The generated *_pb2_grpc modules are untyped (Debian has no grpc stubs).
         self._learner: Any = learner_pb2_grpc.LearnerStub(  # type: ignore[no-untyped-call]
             self._channel)
+        # Learn and LearnStream with requests as bytes (learn() writes them itself).
+        self._learn_bytes = self._channel.unary_unary(
+            "/aggregator.v1.Learner/Learn", request_serializer=None,
+            response_deserializer=learner_pb2.LearnReply.FromString)
+        self._learn_stream = self._channel.stream_unary(
+            "/aggregator.v1.Learner/LearnStream", request_serializer=None,
+            response_deserializer=learner_pb2.LearnReply.FromString)
         # Channels connect on first use: an admin listener never called is never dialled.
         self._admin_channel = self._open_channel(admin_address)
         self._admin: Any = admin_pb2_grpc.AggregatorAdminStub(  # type: ignore[no-untyped-call]
@@ -137,7 +144,7 @@ class AggregatorClient:
             options.append(("grpc.ssl_target_name_override", self._server_name))
         return grpc.secure_channel(address, self._credentials, options=options)
 
-    def _call(self, name: str, rpc: Any, request: Message) -> Dict[str, Any]:
+    def _call(self, name: str, rpc: Any, request: Union[Message, bytes]) -> Dict[str, Any]:
         try:
             return message_to_dict(rpc(request, timeout=self.timeout))
         except grpc.RpcError as e:
@@ -166,17 +173,14 @@ class AggregatorClient:
         """Trains on `samples` (as many as get_data demanded); {"info": the merged
         Learn info, "task_id", "buffer_id"}. Over `stream_threshold` bytes by LearnStream,
         unless the address is a plain learner that does not serve it."""
-        # Filled in place: a Sample(meta=to_struct(...)) built apart is copied again
-        # into the request, and a ByteSize() per sample is 64 calls for one.
-        request = learner_pb2.LearnRequest(plan_id=plan_id or "")
-        add = request.samples.add
-        for sample in samples:
-            fill_struct(add(data=sample.data).meta, sample.meta)
-        if request.ByteSize() > self.stream_threshold:
-            protos = list(request.samples)
+        # The request as bytes, written straight from the samples (wire.encode_sample):
+        # a protobuf message per sample, with its Struct meta, cost more than the call.
+        encoded = [wire.encode_sample(sample) for sample in samples]
+        plan = wire.encode_plan_id(plan_id or "")
+        if sum(map(len, encoded)) + len(plan) > self.stream_threshold:
             try:
-                return cast(LearnResult, message_to_dict(self._learner.LearnStream(
-                    self._stream_messages(protos, plan_id or ""), timeout=self.timeout)))
+                return cast(LearnResult, message_to_dict(self._learn_stream(
+                    self._stream_messages(encoded, plan), timeout=self.timeout)))
             except grpc.RpcError as e:
                 # An aggregator (it names itself in its metadata) serves LearnStream:
                 # its UNIMPLEMENTED is a learner's, and some learners may have trained.
@@ -184,24 +188,24 @@ class AggregatorClient:
                                  for key, _ in (e.initial_metadata() or ()))
                 if e.code() != grpc.StatusCode.UNIMPLEMENTED or aggregator:
                     raise _error("LearnStream", e) from None
-        return cast(LearnResult, self._call("Learn", self._learner.Learn, request))
+        encoded.append(plan)
+        return cast(LearnResult, self._call("Learn", self._learn_bytes, b"".join(encoded)))
 
-    def _stream_messages(self, protos: List[learner_pb2.Sample],
-                         plan_id: str) -> Iterator[learner_pb2.LearnRequest]:
-        """The LearnStream messages of a batch: consecutive samples of at most
-        stream_message_bytes (a larger one alone), the plan_id in the first."""
-        chunk: List[learner_pb2.Sample] = []
+    def _stream_messages(self, encoded: List[bytes], plan: bytes) -> Iterator[bytes]:
+        """The LearnStream messages of a batch (LearnRequests as bytes): consecutive
+        samples of at most stream_message_bytes (a larger one alone), the plan_id in
+        the first."""
+        chunk: List[bytes] = [plan]
         size = 0
         first = True
-        for proto in protos:
-            proto_size = proto.ByteSize()
-            if chunk and size + proto_size > self.stream_message_bytes:
-                yield learner_pb2.LearnRequest(plan_id=plan_id if first else "", samples=chunk)
+        for sample in encoded:
+            if size and size + len(sample) > self.stream_message_bytes:
+                yield b"".join(chunk)
                 first, chunk, size = False, [], 0
-            chunk.append(proto)
-            size += proto_size
-        if chunk or first:
-            yield learner_pb2.LearnRequest(plan_id=plan_id if first else "", samples=chunk)
+            chunk.append(sample)
+            size += len(sample)
+        if size or first:
+            yield b"".join(chunk)
 
     def close_task(self) -> TaskReply:
         """Ends the task on every learner; {"message"}."""

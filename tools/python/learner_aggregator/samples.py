@@ -10,6 +10,8 @@ from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
+from learner_aggregator.structs import from_struct_bytes
+
 # decode_arrays' default bound on what one sample's arrays may take in memory: far
 # above any sample a learner trains on, far below what a few compressed kilobytes of
 # zeros could claim (an npz of 1 MB may declare gigabytes).
@@ -22,11 +24,51 @@ class Sample:
 
     The aggregator splits and forwards samples without reading `data`; `meta` is a
     Struct on the wire, so it holds JSON-like values (a `replay_unique_id` there is
-    echoed by learners in their Learn info, by convention).
+    echoed by learners in their Learn info, by convention). The samples a learner is
+    given decode their meta when it is first read (see _MetaFromWire).
     """
 
     data: bytes
     meta: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class _MetaFromWire:
+    """Sample.meta of a sample a LearnerServer read from the wire (learner_aggregator.wire):
+    its meta stays in its Struct bytes until first read, then is decoded once and kept
+    as an ordinary attribute. A learner that never reads meta never pays to decode it.
+
+    A non-data descriptor: a Sample made by its constructor, or one whose meta was
+    read or assigned, has `meta` in its __dict__, and this is never consulted."""
+
+    def __get__(self, sample: Optional[Sample], owner: Any = None) -> Dict[str, Any]:
+        if sample is None:  # Sample.meta: the class has no such attribute, as before
+            raise AttributeError("type object 'Sample' has no attribute 'meta'")
+        state = sample.__dict__
+        wire = state.get("_wire_meta")
+        if wire is None:  # decoded by another thread meanwhile (or never had a meta)
+            try:
+                meta: Dict[str, Any] = state["meta"]
+                return meta
+            except KeyError:
+                raise AttributeError("'Sample' object has no attribute 'meta'") from None
+        # setdefault: threads reading it at once all get the one dict that stays.
+        meta = state.setdefault("meta", from_struct_bytes(wire))
+        state.pop("_wire_meta", None)
+        return meta
+
+
+def _sample_state(sample: Sample) -> Dict[str, Any]:
+    """Sample.__getstate__: a sample from the wire is pickled (and copied) with its meta
+    decoded, so that any Sample class can load it."""
+    if "_wire_meta" in sample.__dict__:
+        sample.meta  # decodes it into __dict__
+    return sample.__dict__
+
+
+# Set after the dataclass is made: the dataclass removed `meta` from the class (its
+# default is a factory), and its __init__ still assigns it as a plain attribute.
+setattr(Sample, "meta", _MetaFromWire())
+setattr(Sample, "__getstate__", _sample_state)
 
 
 def encode_arrays(arrays: Mapping[str, Any]) -> bytes:

@@ -38,8 +38,9 @@ from concurrent import futures
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Tuple, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from learner_aggregator import health, worker
+from learner_aggregator import health, wire, worker
 from learner_aggregator._proto import health_pb2_grpc, learner_pb2, learner_pb2_grpc
 from learner_aggregator.errors import LearnerError
 from learner_aggregator.learner import Learner, Membership
@@ -135,9 +136,17 @@ class _LearnerServicer(learner_pb2_grpc.LearnerServicer):
 
         return self._convert(context, "get_data", build)
 
-    def Learn(self, request: learner_pb2.LearnRequest,
-              context: grpc.ServicerContext) -> learner_pb2.LearnReply:
-        samples: List[Sample] = [Sample(s.data, from_struct(s.meta)) for s in request.samples]
+    def Learn(self, request: bytes, context: grpc.ServicerContext) -> learner_pb2.LearnReply:
+        """Learn from the request's bytes (start() registers it so): the samples are read
+        without a protobuf message each, and their meta is decoded when first read."""
+        try:
+            samples, rest = wire.decode_learn_request(request)
+        except DecodeError as e:
+            _abort(context, grpc.StatusCode.INTERNAL, f"cannot parse the LearnRequest: {e}")
+        return self._learn(samples, rest, context)
+
+    def _learn(self, samples: List[Sample], request: learner_pb2.LearnRequest,
+               context: grpc.ServicerContext) -> learner_pb2.LearnReply:
         extra: Dict[str, Membership] = {}
         if request.HasField("membership") and self._takes_membership():
             extra["membership"] = {"generation": request.membership.generation,
@@ -322,10 +331,16 @@ class LearnerServer:
         pool = _DaemonThreadPool(self._max_workers)
         server = grpc.server(pool, options=self._options())
         # The generated *_pb2_grpc modules are untyped (Debian has no grpc stubs).
+        servicer = _LearnerServicer(self.learner, self.lock, self.query_lock,
+                                    lambda code: self.on_exit(code))
+        # Learn takes its request as bytes (servicer.Learn): added first, this handler
+        # answers it before the generated one (which would parse it), which serves the rest.
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            LEARNER_SERVICE, {"Learn": grpc.unary_unary_rpc_method_handler(
+                servicer.Learn, request_deserializer=None,
+                response_serializer=learner_pb2.LearnReply.SerializeToString)}),))
         learner_pb2_grpc.add_LearnerServicer_to_server(  # type: ignore[no-untyped-call]
-            _LearnerServicer(self.learner, self.lock, self.query_lock,
-                             lambda code: self.on_exit(code)),
-            server)
+            servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(  # type: ignore[no-untyped-call]
             self.health, server)
         self._port = self._bind(server)
