@@ -40,12 +40,16 @@ using CondVar = absl::CondVar;
 // Mutex's Await: conditions are evaluated again after every Unlock, and
 // after every wait that releases the lock (as absl's waits do: what the waiter
 // changed before waiting may be what another waiter awaits).
+//
+// Unlock wakes the waiters before it releases the lock, never after: once
+// released, the next holder may free the Mutex (as absl::Mutex allows), and a
+// wake-up after the release wrote into freed, reused memory.
 class ABSL_LOCKABLE Mutex {
  public:
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() {
-    mu_.unlock();
     changed_.notify_all();
+    mu_.unlock();
   }
   bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
     return mu_.try_lock();

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <thread>
 
 namespace aggregator {
@@ -168,6 +169,40 @@ TEST_CASE("ReleasableMutexLock unlocks early, once; TryLock sees the lock") {
   }
   // And free after the scope.
   CHECK(FreeForAnotherThread(mu));
+}
+
+// Whoever locks a Mutex last may free it at once, as with absl::Mutex and
+// std::mutex. The TSan stand-in's Unlock woke its waiters after releasing the
+// lock, so it could still be inside a Mutex that the next holder had already
+// seen done and freed: pthread_cond_broadcast writing into freed, reused
+// memory (found hunting aggregator_server_test's crash under TSan).
+struct Freed {
+  Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+};
+
+TEST_CASE("A Mutex may be freed as soon as its last user has locked it") {
+  // Many rounds: each is a chance for the finisher's Unlock to still be in
+  // the Mutex when it is freed (TSan sees it whenever the wake-up follows the
+  // release).
+  for (int round = 0; round < 200; ++round) {
+    auto freed = std::make_unique<Freed>();
+    Freed* raw = freed.get();
+    std::thread finisher([raw] {
+      MutexLock lock(&raw->mu);
+      raw->done = true;
+    });
+    {
+      MutexLock lock(&raw->mu);
+      auto done = [raw]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(raw->mu) {
+        return raw->done;
+      };
+      REQUIRE(raw->mu.AwaitWithTimeout(absl::Condition(&done), kDeadline));
+    }
+    // The finisher has released the lock: the Mutex is this thread's to free.
+    freed.reset();
+    finisher.join();
+  }
 }
 
 }  // namespace
