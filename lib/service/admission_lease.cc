@@ -12,9 +12,12 @@
 
 namespace aggregator {
 
-AdmissionLease::AdmissionLease(Admission* admission, const char* method,
-                               std::string call_path)
+AdmissionLease::AdmissionLease(
+    Admission* admission,
+    std::shared_ptr<admission_internal::InFlight> in_flight, const char* method,
+    std::string call_path)
     : admission_(admission),
+      in_flight_(std::move(in_flight)),
       method_(method),
       started_(admission->clock_.Now()),
       call_path_(std::move(call_path)) {}
@@ -61,11 +64,14 @@ void AdmissionLease::Finish(grpc::ServerUnaryReactor* reactor,
                             const grpc::Status& status) {
   Served(status);
   reactor->Finish(status);
+  // From here on the service may be gone (see the header).
   CountOut();
 }
 
 void AdmissionLease::CountOut() {
-  if (std::exchange(counted_in_, false)) admission_->CountOut();
+  if (!std::exchange(counted_in_, false)) return;
+  MutexLock lock(&in_flight_->mu);
+  --in_flight_->count;
 }
 
 Admission::Admission(std::string aggregator_id, AggregatorMetrics* metrics,
@@ -88,12 +94,9 @@ std::unique_ptr<AdmissionLease> Admission::Admit(
     call_path = OutgoingPath(path, aggregator_id_);
   }
   if (refused->ok()) {
-    MutexLock lock(&mu_);
-    if (!draining_) {
-      ++in_flight_;
-      // Not make_unique: the constructor is private.
-      return std::unique_ptr<AdmissionLease>(
-          new AdmissionLease(this, method, std::move(call_path)));
+    if (std::unique_ptr<AdmissionLease> lease =
+            CountIn(method, std::move(call_path))) {
+      return lease;
     }
     *refused =
         grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -118,33 +121,41 @@ std::unique_ptr<AdmissionLease> Admission::AdmitUnary(
   return lease;
 }
 
+std::unique_ptr<AdmissionLease> Admission::CountIn(const char* method,
+                                                   std::string call_path) {
+  MutexLock lock(&in_flight_->mu);
+  if (in_flight_->draining) return nullptr;
+  ++in_flight_->count;
+  // Not make_unique: the constructor is private.
+  return std::unique_ptr<AdmissionLease>(
+      new AdmissionLease(this, in_flight_, method, std::move(call_path)));
+}
+
 std::unique_ptr<AdmissionLease> Admission::Hold() {
-  MutexLock lock(&mu_);
-  if (draining_) return nullptr;
-  ++in_flight_;
-  std::unique_ptr<AdmissionLease> lease(new AdmissionLease(this, "", ""));
-  lease->served_ = true;  // nothing to record
+  std::unique_ptr<AdmissionLease> lease = CountIn("", "");
+  if (lease != nullptr) lease->served_ = true;  // nothing to record
   return lease;
 }
 
 void Admission::StartDraining() {
-  MutexLock lock(&mu_);
-  draining_ = true;
+  MutexLock lock(&in_flight_->mu);
+  in_flight_->draining = true;
 }
 
 bool Admission::WaitIdle(std::chrono::steady_clock::time_point deadline) {
-  MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return in_flight_ == 0;
+  admission_internal::InFlight& in_flight = *in_flight_;
+  MutexLock lock(&in_flight.mu);
+  auto idle = [&in_flight]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(in_flight.mu) {
+    return in_flight.count == 0;
   };
-  return mu_.AwaitWithTimeout(
+  return in_flight.mu.AwaitWithTimeout(
       absl::Condition(&idle),
       absl::FromChrono(deadline - std::chrono::steady_clock::now()));
 }
 
 int64_t Admission::in_flight() const {
-  MutexLock lock(&mu_);
-  return in_flight_;
+  MutexLock lock(&in_flight_->mu);
+  return in_flight_->count;
 }
 
 void Admission::Record(const char* method, const grpc::Status& status,
@@ -152,11 +163,6 @@ void Admission::Record(const char* method, const grpc::Status& status,
   if (metrics_ != nullptr) {
     metrics_->Served(method, status.error_code(), seconds);
   }
-}
-
-void Admission::CountOut() {
-  MutexLock lock(&mu_);
-  --in_flight_;
 }
 
 }  // namespace aggregator

@@ -13,8 +13,12 @@
 // INTERNAL and, for a unary call, answers it.
 //
 // Thread-safety: Admission's methods may be called from any thread. A lease
-// is used by one thread at a time (the call's), and may end on any thread;
-// it must not outlive its Admission.
+// is used by one thread at a time (the call's), and may end on any thread.
+// Once its call is answered (Finish, Served) a lease may outlive its
+// Admission: gRPC may end an answered call at once, Server::Wait return and
+// the service go while the answering thread is still on its way out, so what
+// a lease does after the answer (counting its call out) touches only state it
+// shares with the Admission.
 #ifndef LIB_SERVICE_ADMISSION_LEASE_H_
 #define LIB_SERVICE_ADMISSION_LEASE_H_
 
@@ -35,6 +39,17 @@
 namespace aggregator {
 
 class Admission;
+
+namespace admission_internal {
+
+// The calls in flight: the Admission's, shared with its leases (see above).
+struct InFlight {
+  Mutex mu;
+  bool draining ABSL_GUARDED_BY(mu) = false;
+  int64_t count ABSL_GUARDED_BY(mu) = 0;
+};
+
+}  // namespace admission_internal
 
 class AdmissionLease {
  public:
@@ -68,12 +83,15 @@ class AdmissionLease {
 
  private:
   friend class Admission;
-  AdmissionLease(Admission* admission, const char* method,
-                 std::string call_path);
-  // The call no longer counts among those in flight; once.
+  AdmissionLease(Admission* admission,
+                 std::shared_ptr<admission_internal::InFlight> in_flight,
+                 const char* method, std::string call_path);
+  // The call no longer counts among those in flight; once. Safe after the
+  // Admission is gone.
   void CountOut();
 
-  Admission* const admission_;
+  Admission* const admission_;  // until the call is answered
+  const std::shared_ptr<admission_internal::InFlight> in_flight_;
   const char* const method_;
   const Clock::TimePoint started_;
   const std::string call_path_;
@@ -122,15 +140,16 @@ class Admission {
   friend class AdmissionLease;
   void Record(const char* method, const grpc::Status& status,
               double seconds) const;
-  void CountOut();
+  // A lease of `method`, counted in; null once draining.
+  std::unique_ptr<AdmissionLease> CountIn(const char* method,
+                                          std::string call_path);
 
   const std::string aggregator_id_;
   AggregatorMetrics* const metrics_;
   Clock& clock_;
   InflightBudget budget_;
-  mutable Mutex mu_;
-  bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<admission_internal::InFlight> in_flight_ =
+      std::make_shared<admission_internal::InFlight>();
 };
 
 }  // namespace aggregator
