@@ -125,7 +125,10 @@ def encode_sample(sample: Sample) -> bytes:
     """`sample` as one entry of LearnRequest.samples (field 1: tag, length, Sample)."""
     data, meta = sample.data, sample.meta
     if type(data) is bytes and type(meta) is dict:
-        encoded = _struct(meta) if meta else b""
+        try:
+            encoded = _struct(meta) if meta else b""
+        except (struct.error, OverflowError):  # an int no double holds: protobuf says so
+            encoded = None
         if encoded is not None:
             size = len(data)
             fields = b"\x0a" + _varint(size) + data if size else b""  # data = 1
