@@ -86,6 +86,9 @@ class EncodeTest(unittest.TestCase):
             with self.assertRaises(TypeError) as caught:
                 encode_sample(Sample(b"d", meta))
             self.assertEqual(str(caught.exception), message)
+        with self.assertRaises(TypeError) as caught:
+            encode_sample(Sample(b"d", {"x": 10 ** 400}))
+        self.assertIn("has type int, but expected one of: int, float", str(caught.exception))
         with self.assertRaises(TypeError):
             encode_sample(Sample("not bytes", {}))  # type: ignore[arg-type]
 

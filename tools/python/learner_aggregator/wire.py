@@ -125,12 +125,19 @@ def encode_sample(sample: Sample) -> bytes:
     """`sample` as one entry of LearnRequest.samples (field 1: tag, length, Sample)."""
     data, meta = sample.data, sample.meta
     if type(data) is bytes and type(meta) is dict:
-        encoded = _struct(meta) if meta else b""
+        try:
+            encoded = _struct(meta) if meta else b""
+        except (struct.error, OverflowError):  # an int no double holds: protobuf says so
+            encoded = None
         if encoded is not None:
-            size = len(data)
-            fields = b"\x0a" + _varint(size) + data if size else b""  # data = 1
+            data_size, meta_size = len(data), len(encoded)
+            sample_size = data_size + meta_size + 4  # with both fields' tags and lengths
+            if data_size and meta_size and sample_size < 0x80:  # the common small sample
+                return b"".join((b"\x0a", _VARINTS[sample_size], b"\x0a", _VARINTS[data_size],
+                                 data, b"\x12", _VARINTS[meta_size], encoded))
+            fields = b"\x0a" + _varint(data_size) + data if data_size else b""  # data = 1
             if meta:
-                fields += b"\x12" + _varint(len(encoded)) + encoded  # meta = 2
+                fields += b"\x12" + _varint(meta_size) + encoded  # meta = 2
             return b"\x0a" + _varint(len(fields)) + fields
     # Anything else as protobuf takes it (or refuses it).
     message = learner_pb2.Sample(data=data)
