@@ -7,7 +7,6 @@
 
 #include <catch2/catch.hpp>
 #include <future>
-#include <optional>
 #include <thread>
 
 #include "lib/ops/aggregator_metrics.h"
@@ -108,53 +107,6 @@ TEST_CASE("Collectors set their figures before each scrape") {
       body,
       Catch::Contains(
           "aggregator_worker_restarts_total{index=\"1\",worker=\"w\"} 5\n"));
-}
-
-TEST_CASE(
-    "A learner source's series are labelled by its key, go when it goes, "
-    "and start again with a new instance") {
-  AggregatorMetrics metrics;
-  auto value = [&](const std::string& name,
-                   const std::string& source) -> std::optional<double> {
-    for (const auto& family : metrics.collectable()->Collect()) {
-      if (family.name != name) continue;
-      for (const auto& metric : family.metric) {
-        for (const auto& label : metric.label) {
-          if (label.name == "source" && label.value == source) {
-            return family.type == prometheus::MetricType::Counter
-                       ? metric.counter.value
-                       : metric.gauge.value;
-          }
-        }
-      }
-    }
-    return std::nullopt;
-  };
-  const std::string dns = "dns learners.test:22300";
-  const std::string orchestrator = "orchestrator http://o:80 ns/a";
-  metrics.SetSources({{"dns", dns, 1, 10, 2, 3, 0},
-                      {"orchestrator", orchestrator, 2, 5, 0, 1, 1}});
-  CHECK(value("aggregator_source_refreshes_total", dns) == 10);
-  CHECK(value("aggregator_source_errors_total", dns) == 2);
-  CHECK(value("aggregator_source_learners", dns) == 3);
-  CHECK(value("aggregator_source_failed_reports_total", orchestrator) == 1);
-
-  // The orchestrator source is removed (a reload): its series go.
-  metrics.SetSources({{"dns", dns, 1, 12, 2, 2, 0}});
-  CHECK(value("aggregator_source_refreshes_total", dns) == 12);
-  CHECK(value("aggregator_source_learners", dns) == 2);
-  for (const char* name :
-       {"aggregator_source_refreshes_total", "aggregator_source_errors_total",
-        "aggregator_source_learners",
-        "aggregator_source_failed_reports_total"}) {
-    INFO(name);
-    CHECK_FALSE(value(name, orchestrator).has_value());
-  }
-  // The dns source removed and added again between two scrapes: a new
-  // instance, its counters from 0 (a reset Prometheus sees), not stuck at 12.
-  metrics.SetSources({{"dns", dns, 3, 4, 1, 2, 0}});
-  CHECK(value("aggregator_source_refreshes_total", dns) == 4);
-  CHECK(value("aggregator_source_errors_total", dns) == 1);
 }
 
 TEST_CASE("A metrics address in use is refused, naming it") {
