@@ -26,7 +26,8 @@ using testing::kLongWait;
 // Starts a grandchild (in a process group of its own when `own_group`) that
 // waits until `release` (a pipe's read end, kept open by it) is closed by the
 // test, then exits; its parent exits at once, so the grandchild is adopted.
-// Returns the grandchild's pid; `*release` is the write end.
+// Returns the grandchild's pid, which it reports once in its group;
+// `*release` is the write end.
 pid_t Orphan(bool own_group, int* release) {
   int gate[2];
   int report[2];
@@ -37,14 +38,17 @@ pid_t Orphan(bool own_group, int* release) {
   if (middle == 0) {
     const pid_t grandchild = fork();
     if (grandchild == 0) {
+      // Reports itself once in its own group, so no scan sees it before.
       if (own_group) setsid();
+      const pid_t self = getpid();
+      (void)!write(report[1], &self, sizeof(self));
+      close(report[1]);
       close(gate[1]);
       char byte;
       while (read(gate[0], &byte, 1) < 0 && errno == EINTR) {
       }
       _exit(0);
     }
-    (void)!write(report[1], &grandchild, sizeof(grandchild));
     _exit(grandchild > 0 ? 0 : 1);
   }
   close(gate[0]);
