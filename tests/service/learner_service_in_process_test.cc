@@ -56,9 +56,8 @@ struct Aggregator {
     stub = pb::Learner::NewStub(server->InProcessChannel(args));
   }
   // As the daemon stops: held calls end, then the service waits until no
-  // call is in flight. A call counts out just after its caller has the answer
-  // (in process, possibly before the thread that answered has returned), so a
-  // service freed at once could still be in use.
+  // call is in flight (one counts out just after its caller has the answer)
+  // before it goes.
   ~Aggregator() {
     learners.StopAll();
     service->StartDraining();
