@@ -56,9 +56,8 @@ struct Aggregator {
     stub = pb::Learner::NewStub(server->InProcessChannel(args));
   }
   // As the daemon stops: held calls end, then the service waits until no
-  // call is in flight. A call counts out just after its caller has the answer
-  // (in process, possibly before the thread that answered has returned), so a
-  // service freed at once could still be in use.
+  // call is in flight (one counts out just after its caller has the answer)
+  // before it goes.
   ~Aggregator() {
     learners.StopAll();
     service->StartDraining();
@@ -186,6 +185,62 @@ TEST_CASE(
     merged.push_back(id.string_value());
   }
   CHECK(merged == Ids(0, 8));
+}
+
+TEST_CASE(
+    "In process: a LearnStream's samples, over several messages, reach each "
+    "learner as its slice of the plan and are merged as Learn's") {
+  Aggregator aggregator;
+  aggregator.AddReady({3, 5});
+  aggregator.Start(Config(2));
+  const pb::DataDemand demand = GetData(aggregator);
+  pb::LearnReply reply;
+  auto context = Context();
+  auto writer = aggregator.stub->LearnStream(context.get(), &reply);
+  const pb::LearnRequest batch = Batch(8);
+  pb::LearnRequest first;   // s0..s3, with the plan
+  pb::LearnRequest second;  // s4..s7
+  first.set_plan_id(demand.plan_id());
+  for (int i = 0; i < 8; ++i) {
+    *(i < 4 ? first : second).add_samples() = batch.samples(i);
+  }
+  REQUIRE(writer->Write(first));
+  REQUIRE(writer->Write(second));
+  REQUIRE(writer->WritesDone());
+  const grpc::Status status = writer->Finish();
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  // The fakes serve no LearnStream: each slice went whole, as one Learn.
+  CHECK(aggregator.learners.learner("l0").learned() ==
+        std::vector<std::vector<std::string>>{Ids(0, 3)});
+  CHECK(aggregator.learners.learner("l1").learned() ==
+        std::vector<std::vector<std::string>>{Ids(3, 8)});
+  const auto& received = reply.info().fields().at("received").list_value();
+  REQUIRE(received.values_size() == 2);
+  CHECK(received.values(0).number_value() == 3);
+  CHECK(received.values(1).number_value() == 5);
+}
+
+TEST_CASE(
+    "In process: a Learn whose learner was removed since GetData fails "
+    "naming it; the other learner is sent nothing") {
+  Aggregator aggregator;
+  aggregator.AddReady({4, 4});
+  aggregator.Start(Config(1));
+  const pb::DataDemand demand = GetData(aggregator);
+  aggregator.learners.Remove("l1");
+  pb::LearnRequest batch = Batch(8);
+  batch.set_plan_id(demand.plan_id());
+  pb::LearnReply reply;
+  const grpc::Status status =
+      aggregator.stub->Learn(Context().get(), batch, &reply);
+  CHECK(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_THAT(status.error_message(),
+             Catch::Contains("l1 is no longer a configured learner"));
+  const pb::FailedLearners failed = ReadFailedLearners(status);
+  REQUIRE(failed.learners_size() == 1);
+  CHECK(failed.learners(0).id() == "l1");
+  CHECK(aggregator.learners.learner("l0").calls("Learn") == 0);
 }
 
 TEST_CASE(
