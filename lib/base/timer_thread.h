@@ -51,7 +51,12 @@ class TimerThread {
   mutable Mutex mu_;
   CondVar changed_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t ticks_ ABSL_GUARDED_BY(mu_) = 0;  // schedules, cancels, clock jumps
+  // Bumped by what must make the thread look again: a timer before
+  // sleeps_until_, a clock jump.
+  uint64_t ticks_ ABSL_GUARDED_BY(mu_) = 0;
+  // The thread looks at the timers again by then at the latest (the first
+  // timer when it last looked; cancelled since, it wakes for nothing).
+  Clock::TimePoint sleeps_until_ ABSL_GUARDED_BY(mu_) = Clock::TimePoint::max();
   Id next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::set<std::pair<Clock::TimePoint, Id>> order_ ABSL_GUARDED_BY(mu_);
   std::map<Id, std::pair<Clock::TimePoint, std::function<void()>>> timers_

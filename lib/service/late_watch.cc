@@ -12,17 +12,21 @@ void LateWatch::Observe(const std::string& method, const std::string& learner,
                         Clock::Duration took) {
   MutexLock lock(&mu_);
   Recent& recent = recent_[method][learner];
+  std::vector<Clock::Duration>& sorted = recent.sorted;
   if (recent.times.size() < kRecent) {
     recent.times.push_back(took);
   } else {
-    recent.times[recent.next] = took;
+    // The time that leaves the ring leaves the sorted copy (any equal one).
+    Clock::Duration& oldest = recent.times[recent.next];
+    sorted.erase(std::lower_bound(sorted.begin(), sorted.end(), oldest));
+    oldest = took;
   }
+  sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), took), took);
   recent.next = (recent.next + 1) % kRecent;
 }
 
 Clock::Duration LateWatch::P99(const Recent& recent) {
-  std::vector<Clock::Duration> sorted = recent.times;
-  std::sort(sorted.begin(), sorted.end());
+  const std::vector<Clock::Duration>& sorted = recent.sorted;
   return sorted[(sorted.size() * 99 + 99) / 100 - 1];
 }
 
@@ -45,9 +49,7 @@ std::optional<Clock::Duration> LateWatch::LateAfter(
     after = std::max(after, kOthersP99Factor * P99(it->second));
   }
   if (auto own = learners.find(learner); own != learners.end()) {
-    const auto& times = own->second.times;
-    after = std::max(
-        after, kOwnFactor * *std::max_element(times.begin(), times.end()));
+    after = std::max(after, kOwnFactor * own->second.sorted.back());
   }
   return after;
 }

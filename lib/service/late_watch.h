@@ -78,6 +78,10 @@ class LateWatch {
   struct Recent {
     std::vector<Clock::Duration> times;  // a ring of the last kRecent
     size_t next = 0;
+    // The same times in order, kept as they come: LateAfter runs on every
+    // fan-out, and sorting a copy per learner there cost each call tens of
+    // microseconds (tools/bench section 1).
+    std::vector<Clock::Duration> sorted;
   };
   // The nearest-rank p99 of `recent`.
   static Clock::Duration P99(const Recent& recent);

@@ -5,11 +5,13 @@
 
 #include <dirent.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lib/base/clock.h"
@@ -128,6 +130,67 @@ TEST_CASE("On the steady clock a timer runs once its time has come") {
   CHECK(runs.WaitFor(1) == std::vector<std::string>{"due"});
   CHECK(std::chrono::steady_clock::now() - start >=
         std::chrono::milliseconds(30));
+}
+
+// A FakeClock that counts how often another thread than the test's reads it:
+// the timer thread reads it each time it wakes to look at its timers.
+class CountingClock : public FakeClock {
+ public:
+  TimePoint Now() const override {
+    if (std::this_thread::get_id() != test_thread_) ++looks_;
+    return FakeClock::Now();
+  }
+  int looks() const { return looks_; }
+
+ private:
+  const std::thread::id test_thread_ = std::this_thread::get_id();
+  mutable std::atomic<int> looks_{0};
+};
+
+TEST_CASE(
+    "Timers after the one the thread sleeps until, and cancelled timers, do "
+    "not wake it; an earlier timer does") {
+  CountingClock clock;
+  Runs runs;
+  TimerThread timers(&clock);
+  const Clock::TimePoint start = clock.Now();
+  timers.Schedule(start + std::chrono::hours(1), runs.Record("in an hour"));
+  // It looks at the clock once for its first timer, then sleeps until the
+  // clock moves.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (clock.looks() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(clock.looks() == 1);
+  // What a fan-out does on each call: a late timer armed, then cancelled.
+  // The pause synchronises nothing (the count below does not depend on it):
+  // it gives a thread that was woken the time to look, which it must not.
+  for (int i = 0; i < 20; ++i) {
+    timers.Cancel(timers.Schedule(start + std::chrono::hours(2) + seconds(i),
+                                  runs.Record("cancelled")));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::atomic<int> looks_when_run{-1};
+  timers.Schedule(start, [&] { looks_when_run = clock.looks(); });
+  timers.Schedule(start, runs.Record("now"));
+  CHECK(runs.WaitFor(1) == std::vector<std::string>{"now"});
+  // One look more: for the timers due now, none for the 40 changes before.
+  CHECK(looks_when_run == 2);
+}
+
+TEST_CASE(
+    "On the steady clock, an earlier timer runs at its time while the thread "
+    "sleeps for a later one; a cancelled first one never runs") {
+  Runs runs;
+  TimerThread timers;
+  const Clock::TimePoint now = timers.clock().Now();
+  timers.Schedule(now + std::chrono::hours(1), runs.Record("in an hour"));
+  // The thread sleeps until the cancelled one: it wakes for nothing, then
+  // runs the one after it.
+  timers.Cancel(timers.Schedule(now + std::chrono::milliseconds(10),
+                                runs.Record("cancelled")));
+  timers.Schedule(now + std::chrono::milliseconds(30), runs.Record("due"));
+  CHECK(runs.WaitFor(1) == std::vector<std::string>{"due"});
 }
 
 }  // namespace

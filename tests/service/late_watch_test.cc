@@ -4,10 +4,28 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
+#include <deque>
 #include <map>
+#include <new>
 #include <set>
 #include <string>
 #include <vector>
+
+// Allocations made by this thread while counting (the test below): the
+// replaceable global operator new, counted, then malloc's.
+namespace {
+thread_local bool counting_allocations = false;
+thread_local int64_t allocations = 0;
+}  // namespace
+
+void* operator new(size_t size) {
+  if (counting_allocations) ++allocations;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace aggregator {
 namespace {
@@ -212,6 +230,65 @@ TEST_CASE("late_after: off is never late; a duration is that, from the start") {
   CHECK(watch.IsLate(fixed, "Learn", "b", others, now));
   // Nobody else in the call: nobody to be late after.
   CHECK_FALSE(watch.LateAfter(fixed, "Learn", "b", {}));
+}
+
+TEST_CASE(
+    "The auto rule reads exactly the last kRecent answers: the others' p99 "
+    "(nearest rank) and the learner's own slowest, through many wraps and "
+    "repeated times") {
+  FakeClock clock;
+  LateWatch watch(&clock);
+  Jitter jitter;
+  std::deque<milliseconds> others_recent;  // a's, the only other
+  std::deque<milliseconds> own_recent;     // b's
+  auto Keep = [](std::deque<milliseconds>* recent, milliseconds took) {
+    recent->push_back(took);
+    if (recent->size() > LateWatch::kRecent) recent->pop_front();
+  };
+  for (int i = 0; i < 1000; ++i) {
+    // Few distinct values, so that many are equal; now and then a slow one.
+    const milliseconds a = milliseconds(60) + jitter(5) * 10 +
+                           (i % 97 == 0 ? milliseconds(400) : milliseconds(0));
+    const milliseconds b = milliseconds(100) + jitter(9) * 10;
+    watch.Observe("Learn", "a", a);
+    watch.Observe("Learn", "b", b);
+    Keep(&others_recent, a);
+    Keep(&own_recent, b);
+    if (others_recent.size() < LateWatch::kMinSamples) continue;
+    std::vector<milliseconds> sorted(others_recent.begin(),
+                                     others_recent.end());
+    std::sort(sorted.begin(), sorted.end());
+    const milliseconds p99 = sorted[(sorted.size() * 99 + 99) / 100 - 1];
+    const milliseconds own_slowest =
+        *std::max_element(own_recent.begin(), own_recent.end());
+    const Clock::Duration expected = std::max<Clock::Duration>(
+        {LateWatch::kFloor, LateWatch::kOthersP99Factor * p99,
+         LateWatch::kOwnFactor * own_slowest});
+    INFO("after " << i + 1 << " answers each");
+    REQUIRE(watch.LateAfter(Auto(), "Learn", "b", {"a"}) ==
+            std::optional<Clock::Duration>(expected));
+  }
+}
+
+TEST_CASE(
+    "The auto rule's verdict reads the kept times and allocates nothing: it "
+    "runs on every fan-out") {
+  FakeClock clock;
+  LateWatch watch(&clock);
+  const std::vector<std::string> others = {"a", "b", "c"};
+  for (size_t i = 0; i < 2 * LateWatch::kRecent; ++i) {
+    for (const char* id : {"a", "b", "c", "d"}) {
+      watch.Observe("GetData", id, milliseconds(1 + i % 7));
+    }
+  }
+  allocations = 0;
+  counting_allocations = true;
+  const std::optional<Clock::Duration> after =
+      watch.LateAfter(Auto(), "GetData", "d", others);
+  counting_allocations = false;
+  CHECK(after == std::optional<Clock::Duration>(LateWatch::kFloor));
+  // Sorting a copy of each other learner's times allocated once each.
+  CHECK(allocations == 0);
 }
 
 }  // namespace
