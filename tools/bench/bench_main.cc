@@ -39,13 +39,16 @@ std::string OwnDirectory() {
 
 absl::Status ResolveBinaries(const char* argv0, BenchOptions& options) {
   const ToolPaths paths(argv0, "bench");
-  if (options.daemon.empty())
-    options.daemon = paths.Locate("daemon/aggregatord");
-  if (options.learner.empty()) {
-    options.learner = paths.Locate("tools/examples/example_learner");
+  if (absl::Status s =
+          ResolveDaemonAndLearner(paths, options.daemon, options.learner);
+      !s.ok()) {
+    return s;
   }
-  if (options.minimal_relay.empty()) {
-    options.minimal_relay = paths.Locate("tools/bench/minimal_relay");
+  if (absl::Status s =
+          paths.Resolve(options.minimal_relay, "tools/bench/minimal_relay",
+                        "minimal_relay", "--minimal-relay");
+      !s.ok()) {
+    return s;
   }
   if (options.supervisor_bench.empty()) {
     options.supervisor_bench = paths.Locate("tools/bench/supervisor_bench");
@@ -54,18 +57,6 @@ absl::Status ResolveBinaries(const char* argv0, BenchOptions& options) {
       options.supervisor_bench = sibling;
     }
   }
-  absl::StatusOr<std::string> daemon =
-      paths.Require(options.daemon, "aggregatord", "--daemon");
-  if (!daemon.ok()) return daemon.status();
-  absl::StatusOr<std::string> learner =
-      paths.Require(options.learner, "example_learner", "--learner");
-  if (!learner.ok()) return learner.status();
-  absl::StatusOr<std::string> minimal_relay =
-      paths.Require(options.minimal_relay, "minimal_relay", "--minimal-relay");
-  if (!minimal_relay.ok()) return minimal_relay.status();
-  options.daemon = *std::move(daemon);
-  options.learner = *std::move(learner);
-  options.minimal_relay = *std::move(minimal_relay);
   return absl::OkStatus();
 }
 

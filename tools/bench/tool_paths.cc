@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -41,6 +42,29 @@ absl::StatusOr<std::string> ToolPaths::Require(const std::string& path,
   char resolved[PATH_MAX];
   return realpath(path.c_str(), resolved) != nullptr ? std::string(resolved)
                                                      : path;
+}
+
+absl::Status ToolPaths::Resolve(std::string& path,
+                                const std::string& workspace_path,
+                                const std::string& what,
+                                const std::string& flag) const {
+  if (path.empty()) path = Locate(workspace_path);
+  absl::StatusOr<std::string> found = Require(path, what, flag);
+  if (!found.ok()) return found.status();
+  path = *std::move(found);
+  return absl::OkStatus();
+}
+
+absl::Status ResolveDaemonAndLearner(const ToolPaths& paths,
+                                     std::string& daemon,
+                                     std::string& learner) {
+  if (absl::Status s = paths.Resolve(daemon, "daemon/aggregatord",
+                                     "aggregatord", "--daemon");
+      !s.ok()) {
+    return s;
+  }
+  return paths.Resolve(learner, "tools/examples/example_learner",
+                       "example_learner", "--learner");
 }
 
 bool Executable(const std::string& path) {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tools/cpp/runfiles/runfiles.h"
 
@@ -27,11 +28,21 @@ class ToolPaths {
                                       const std::string& what,
                                       const std::string& flag) const;
 
+  // `path` (the user's, or when empty the runfiles' `workspace_path`) through
+  // Require: what every tool does for each binary it runs.
+  absl::Status Resolve(std::string& path, const std::string& workspace_path,
+                       const std::string& what, const std::string& flag) const;
+
  private:
   const std::string tool_;
   std::string runfiles_error_;
   std::unique_ptr<bazel::tools::cpp::runfiles::Runfiles> runfiles_;
 };
+
+// aggregatord (--daemon) and example_learner (--learner) through Resolve: the
+// pair the bench and the soak both run.
+absl::Status ResolveDaemonAndLearner(const ToolPaths& paths,
+                                     std::string& daemon, std::string& learner);
 
 bool Executable(const std::string& path);
 

@@ -780,23 +780,6 @@ int WaitAtMost(World& world, const char* what, F measure, int limit,
   return value;
 }
 
-absl::Status ResolveBinaries(const char* argv0, Options& options) {
-  const ToolPaths paths(argv0, "soak");
-  if (options.daemon.empty())
-    options.daemon = paths.Locate("daemon/aggregatord");
-  if (options.learner.empty())
-    options.learner = paths.Locate("tools/examples/example_learner");
-  absl::StatusOr<std::string> daemon =
-      paths.Require(options.daemon, "aggregatord", "--daemon");
-  if (!daemon.ok()) return daemon.status();
-  absl::StatusOr<std::string> learner =
-      paths.Require(options.learner, "example_learner", "--learner");
-  if (!learner.ok()) return learner.status();
-  options.daemon = *std::move(daemon);
-  options.learner = *std::move(learner);
-  return absl::OkStatus();
-}
-
 // The flags into `options`, checked, and the binaries found; an exit code
 // instead when the soak is not to run (CLI11's for --help or a bad flag, 2
 // after saying why).
@@ -867,7 +850,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Options& options) {
   options.warmup_steps = std::min(options.warmup_steps, options.steps);
   options.daemon = UserPath(options.daemon);
   options.learner = UserPath(options.learner);
-  if (absl::Status s = ResolveBinaries(argv[0], options); !s.ok()) {
+  if (absl::Status s = ResolveDaemonAndLearner(ToolPaths(argv[0], "soak"),
+                                               options.daemon, options.learner);
+      !s.ok()) {
     std::fprintf(stderr, "soak: %s\n", std::string(s.message()).c_str());
     return 2;
   }
