@@ -37,6 +37,15 @@ std::string OwnDirectory() {
   return exe.substr(0, exe.rfind('/'));
 }
 
+// A flag taking positive numbers separated by commas.
+CLI::Option* AddPositiveList(CLI::App& app, const std::string& name,
+                             std::vector<int>& values,
+                             const std::string& help) {
+  return app.add_option(name, values, help)
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+}
+
 absl::Status ResolveBinaries(const char* argv0, BenchOptions& options) {
   const ToolPaths paths(argv0, "bench");
   if (absl::Status s =
@@ -130,18 +139,14 @@ int Main(int argc, char** argv) {
   auto* cycles = app.add_option("--startup-cycles", options.startup_cycles,
                                 "daemon start/stop cycles in section 5")
                      ->check(CLI::PositiveNumber);
-  app.add_option("--sizes-mib", options.sizes_mib, "large batch sizes in MiB")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  auto* counts = app.add_option("--learner-counts", options.learner_counts,
-                                "learner counts for large batches (--quick: "
-                                "4 only)")
-                     ->delimiter(',')
-                     ->check(CLI::PositiveNumber);
-  app.add_option("--fanout-counts", options.fanout_counts,
-                 "learner counts for fan-out")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+  AddPositiveList(app, "--sizes-mib", options.sizes_mib,
+                  "large batch sizes in MiB");
+  auto* counts =
+      AddPositiveList(app, "--learner-counts", options.learner_counts,
+                      "learner counts for large batches (--quick: "
+                      "4 only)");
+  AddPositiveList(app, "--fanout-counts", options.fanout_counts,
+                  "learner counts for fan-out");
   app.add_option("--sample-bytes", options.large_sample_bytes,
                  "bytes per sample in large batches")
       ->check(CLI::PositiveNumber);
@@ -164,10 +169,8 @@ int Main(int argc, char** argv) {
       app.add_option("--netns-iterations", options.netns_iterations,
                      "section 6: timed calls per relay")
           ->check(CLI::PositiveNumber);
-  app.add_option("--netns-sizes-mib", options.netns_sizes_mib,
-                 "section 6: batch sizes in MiB (default 64)")
-      ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+  AddPositiveList(app, "--netns-sizes-mib", options.netns_sizes_mib,
+                  "section 6: batch sizes in MiB (default 64)");
   app.add_option("--netns-child-out", options.netns_child_out,
                  "(internal) run section 6 here and write it to this file")
       ->group("");
