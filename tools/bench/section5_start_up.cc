@@ -10,6 +10,35 @@
 #include "tools/bench/bench.h"
 
 namespace aggregator::bench {
+namespace {
+
+// A median of `ms` in ms against the target "≤ `limit_ms` ms", its max beside
+// it (then `more`).
+Row MedianRow(std::string metric, const Summary& ms, int limit_ms,
+              const std::string& more = "") {
+  Row row{std::move(metric)};
+  row.value = ms.median;
+  row.unit = "ms";
+  row.comparison = absl::StrCat("max ", FormatNumber(ms.max), " ms", more);
+  row.target = absl::StrCat("≤ ", limit_ms, " ms");
+  row.verdict = AtMost(ms.median, limit_ms);
+  row.details = {{"ms", ToJson(ms)}};
+  return row;
+}
+
+// The Python original's published `python_ms`, and how many times faster
+// aggregatord's `ms` is.
+Row PythonRow(std::string metric, double python_ms, double ms) {
+  Row row{std::move(metric)};
+  row.value = python_ms;
+  row.unit = "ms";
+  row.ratio = python_ms / ms;
+  row.comparison =
+      absl::StrCat(kPublished, "; aggregatord ", Times(*row.ratio), " faster");
+  return row;
+}
+
+}  // namespace
 
 Section Bench::StartUp() {
   const int cycles = options_.startup_cycles;
@@ -67,14 +96,8 @@ Section Bench::StartUp() {
     const Summary r = Summarize(ready);
     const Summary e = Summarize(exits);
 
-    Row up{"ready: spawn → health SERVING, 4 learners, median"};
-    up.value = r.median;
-    up.unit = "ms";
-    up.comparison = absl::StrCat("max ", FormatNumber(r.max), " ms");
-    up.target = "≤ 100 ms";
-    up.verdict = AtMost(r.median, 100);
-    up.details = {{"ms", ToJson(r)}};
-    section.rows.push_back(std::move(up));
+    section.rows.push_back(
+        MedianRow("ready: spawn → health SERVING, 4 learners, median", r, 100));
 
     {
       const Summary l = Summarize(listening);
@@ -93,41 +116,19 @@ Section Bench::StartUp() {
       row.details = {{"ms", ToJson(d)}};
       section.rows.push_back(std::move(row));
     }
-    Row python_up{"Python original: start-up"};
-    python_up.value = kPythonStartupMs;
-    python_up.unit = "ms";
-    python_up.ratio = kPythonStartupMs / r.median;
-    python_up.comparison = absl::StrCat(kPublished, "; aggregatord ",
-                                        Times(*python_up.ratio), " faster");
-    section.rows.push_back(std::move(python_up));
+    section.rows.push_back(
+        PythonRow("Python original: start-up", kPythonStartupMs, r.median));
 
-    Row down{"idle SIGTERM → exit, no client connected, median"};
-    down.value = e.median;
-    down.unit = "ms";
-    down.comparison = absl::StrCat("max ", FormatNumber(e.max), " ms");
-    down.target = "≤ 200 ms";
-    down.verdict = AtMost(e.median, 200);
-    down.details = {{"ms", ToJson(e)}};
-    section.rows.push_back(std::move(down));
+    section.rows.push_back(
+        MedianRow("idle SIGTERM → exit, no client connected, median", e, 200));
 
     const Summary c = Summarize(connected_exits);
-    Row held{"idle SIGTERM → exit, coordinator connected, median"};
-    held.value = c.median;
-    held.unit = "ms";
-    held.comparison = absl::StrCat("max ", FormatNumber(c.max),
-                                   " ms; channel open, no call in flight");
-    held.target = "≤ 200 ms";
-    held.verdict = AtMost(c.median, 200);
-    held.details = {{"ms", ToJson(c)}};
-    section.rows.push_back(std::move(held));
+    section.rows.push_back(
+        MedianRow("idle SIGTERM → exit, coordinator connected, median", c, 200,
+                  "; channel open, no call in flight"));
 
-    Row python_down{"Python original: close"};
-    python_down.value = kPythonCloseMs;
-    python_down.unit = "ms";
-    python_down.ratio = kPythonCloseMs / std::max(e.median, c.median);
-    python_down.comparison = absl::StrCat(kPublished, "; aggregatord ",
-                                          Times(*python_down.ratio), " faster");
-    section.rows.push_back(std::move(python_down));
+    section.rows.push_back(PythonRow("Python original: close", kPythonCloseMs,
+                                     std::max(e.median, c.median)));
 
     for (const auto& [count, ms] : fanout_ready_ms_) {
       Row row{absl::StrCat("ready with ", count, " learner",
