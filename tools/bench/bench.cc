@@ -121,34 +121,44 @@ std::unique_ptr<LargeBatch> BuildLargeBatch(int64_t samples,
   return batch;
 }
 
-absl::StatusOr<double> LargeLearnClient::Learn(const grpc::ByteBuffer& request,
-                                               pb::LearnReply* reply) {
+namespace {
+
+// One large call's state: its context with kLargeCallDeadline set, what it
+// answers, and when it started (the clock starts once the call is set up).
+struct LargeCall {
+  LargeCall() {
+    context.set_deadline(deadline);
+    started = Clock::now();
+  }
   grpc::ClientContext context;
-  const auto deadline = std::chrono::system_clock::now() + kLargeCallDeadline;
-  context.set_deadline(deadline);
+  const std::chrono::system_clock::time_point deadline =
+      std::chrono::system_clock::now() + kLargeCallDeadline;
   grpc::ByteBuffer response;
   grpc::Status status;
-  const auto started = Clock::now();
-  auto call = stub_.PrepareUnaryCall(&context, kLearnMethod, request, &cq_);
+  Clock::time_point started;
+};
+
+}  // namespace
+
+absl::StatusOr<double> LargeLearnClient::Learn(const grpc::ByteBuffer& request,
+                                               pb::LearnReply* reply) {
+  LargeCall c;
+  auto call = stub_.PrepareUnaryCall(&c.context, kLearnMethod, request, &cq_);
   call->StartCall();
-  (void)Step([&](void* tag) { call->Finish(&response, &status, tag); },
-             &context, deadline);
-  return Answer("Learn", Clock::now() - started, status, &response, reply);
+  (void)Step([&](void* tag) { call->Finish(&c.response, &c.status, tag); },
+             &c.context, c.deadline);
+  return Answer("Learn", Clock::now() - c.started, c.status, &c.response,
+                reply);
 }
 
 absl::StatusOr<double> LargeLearnClient::LearnStream(
     const std::vector<grpc::ByteBuffer>& messages, pb::LearnReply* reply) {
-  grpc::ClientContext context;
-  const auto deadline = std::chrono::system_clock::now() + kLargeCallDeadline;
-  context.set_deadline(deadline);
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  const auto started = Clock::now();
-  auto call = stub_.PrepareCall(&context, kLearnStreamMethod, &cq_);
+  LargeCall c;
+  auto call = stub_.PrepareCall(&c.context, kLearnStreamMethod, &cq_);
   // Each step waits for its own tag; a failed one (the call is over) skips
   // to Finish, which says why.
   auto step = [&](const std::function<void(void*)>& start) {
-    return Step(start, &context, deadline);
+    return Step(start, &c.context, c.deadline);
   };
   bool ok = step([&](void* tag) { call->StartCall(tag); });
   for (const grpc::ByteBuffer& message : messages) {
@@ -156,9 +166,9 @@ absl::StatusOr<double> LargeLearnClient::LearnStream(
     ok = step([&](void* tag) { call->Write(message, tag); });
   }
   if (ok) ok = step([&](void* tag) { call->WritesDone(tag); });
-  if (ok) (void)step([&](void* tag) { call->Read(&response, tag); });
-  (void)step([&](void* tag) { call->Finish(&status, tag); });
-  return Answer("LearnStream", Clock::now() - started, status, &response,
+  if (ok) (void)step([&](void* tag) { call->Read(&c.response, tag); });
+  (void)step([&](void* tag) { call->Finish(&c.status, tag); });
+  return Answer("LearnStream", Clock::now() - c.started, c.status, &c.response,
                 reply);
 }
 
