@@ -4,17 +4,16 @@ namespace aggregator {
 
 TimerThread::TimerThread(Clock* clock) : clock_(ClockOrSteady(clock)) {
   waker_token_ = clock_.AddWaker([this] { Wake(); });
+  thread_ = std::thread([this] { Run(); });
 }
 
 TimerThread::~TimerThread() {
-  std::thread thread;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
     changed_.SignalAll();
-    thread = std::move(thread_);
   }
-  if (thread.joinable()) thread.join();
+  thread_.join();
   clock_.RemoveWaker(waker_token_);
 }
 
@@ -36,9 +35,6 @@ TimerThread::Id TimerThread::Schedule(Clock::TimePoint when,
   if (when < sleeps_until_) {
     ++ticks_;
     changed_.SignalAll();
-  }
-  if (!thread_.joinable() && !stopping_) {
-    thread_ = std::thread([this] { Run(); });
   }
   return id;
 }

@@ -1,9 +1,10 @@
 // TimerThread: runs callbacks at time points of a Clock, on a thread of its
 // own, so a timer (a late learner's, the rejoin step's, a log summary) never
-// waits for a call to finish, nor a call for a timer. The thread starts with
-// the first timer, and waits without waking while no timer is pending: an
-// idle TimerThread costs no CPU. On a fake clock it wakes whenever the clock
-// is advanced.
+// waits for a call to finish, nor a call for a timer. The thread waits without
+// waking while no timer is pending: an idle TimerThread costs no CPU. It
+// starts with the TimerThread, so a process's thread count does not grow
+// when its first timer comes (the soak counts threads). On a fake clock it
+// wakes whenever the clock is advanced.
 //
 // Thread-safety: all methods may be called from any thread, callbacks
 // included. Callbacks run one at a time; they must not block for long.
@@ -61,7 +62,7 @@ class TimerThread {
   std::set<std::pair<Clock::TimePoint, Id>> order_ ABSL_GUARDED_BY(mu_);
   std::map<Id, std::pair<Clock::TimePoint, std::function<void()>>> timers_
       ABSL_GUARDED_BY(mu_);
-  std::thread thread_ ABSL_GUARDED_BY(mu_);  // started by the first Schedule
+  std::thread thread_;
 };
 
 }  // namespace aggregator

@@ -8,20 +8,21 @@ namespace aggregator {
 RepeatLimiter::RepeatLimiter(Options options, Summarize summarize)
     : options_(options),
       summarize_(std::move(summarize)),
-      clock_(ClockOrSteady(options.clock)),
-      timers_(&clock_) {}
+      clock_(ClockOrSteady(options.clock)) {}
 
 RepeatLimiter::~RepeatLimiter() {
   std::vector<std::pair<std::string, uint64_t>> pending;
+  std::unique_ptr<TimerThread> timers;
   {
     MutexLock lock(&mu_);
     for (auto& [source, window] : windows_) {
       if (window.suppressed == 0) continue;
-      timers_.Cancel(window.summary);
       pending.emplace_back(source, window.suppressed);
-      window.suppressed = 0;
+      window.suppressed = 0;  // a timer running now writes nothing
     }
+    timers = std::move(timers_);
   }
+  timers.reset();  // joins its thread, which may be waiting for mu_
   for (const auto& [source, suppressed] : pending) {
     summarize_(source, suppressed);
   }
@@ -37,7 +38,7 @@ bool RepeatLimiter::Admit(const std::string& source) {
     Window& window = windows_[source];  // a new one has ended long ago
     if (now >= window.ends) {
       if (window.suppressed > 0) {  // its timer has not written it yet
-        timers_.Cancel(window.summary);
+        timers_->Cancel(window.summary);
         summary = window.suppressed;
       }
       window = Window{now + options_.window};
@@ -47,7 +48,8 @@ bool RepeatLimiter::Admit(const std::string& source) {
       ++window.written;
     } else if (window.suppressed++ == 0) {
       const Clock::TimePoint ends = window.ends;
-      window.summary = timers_.Schedule(
+      if (timers_ == nullptr) timers_ = std::make_unique<TimerThread>(&clock_);
+      window.summary = timers_->Schedule(
           ends, [this, source, ends] { SummaryDue(source, ends); });
     }
   }

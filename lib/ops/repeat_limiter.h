@@ -5,8 +5,9 @@
 // junk connections wrote 5,000 "Handshake failed" lines); with the limiter
 // they write at most `burst` lines and a summary per window.
 //
-// Summaries are written by a TimerThread of the limiter's own: it starts at
-// the first suppressed line, and an idle limiter makes no wake-ups.
+// Summaries are written by a TimerThread of the limiter's own, made at the
+// first suppressed line: a limiter that never suppressed has no thread, and
+// an idle one makes no wake-ups.
 //
 // Thread-safety: all methods may be called from any thread. `summarize` is
 // called without the limiter's lock, on its timer thread or in Admit.
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -67,8 +69,8 @@ class RepeatLimiter {
   Mutex mu_;
   // By source. Sources are a program's log call sites: a bounded set.
   std::map<std::string, Window> windows_ ABSL_GUARDED_BY(mu_);
-  // Last: stopped first, so no summary runs on a limiter being destroyed.
-  TimerThread timers_;
+  // Made at the first suppressed line; stopped before the rest is destroyed.
+  std::unique_ptr<TimerThread> timers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace aggregator

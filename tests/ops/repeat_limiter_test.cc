@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "lib/base/clock.h"
+#include "tests/testing/process_helpers.h"
 
 namespace aggregator {
 namespace {
@@ -105,6 +106,18 @@ TEST_CASE("A summary still pending precedes the source's next line") {
   write("a");
   std::lock_guard<std::mutex> lock(log_mu);
   CHECK(log == std::vector<std::string>{"line a", "summary a 2", "line a"});
+}
+
+TEST_CASE("A limiter has a thread only once it has left a line out") {
+  // gRPC's log limiter lives in every daemon: most never need its thread.
+  FakeClock clock;
+  Summaries summaries;
+  const size_t before = testing::ThreadCount(getpid());
+  RepeatLimiter limiter({/*burst=*/2, seconds(10), &clock}, summaries.Sink());
+  CHECK(Admitted(limiter, "quiet.cc:1", 2) == 2);
+  CHECK(testing::ThreadCount(getpid()) == before);
+  CHECK(Admitted(limiter, "quiet.cc:1", 1) == 0);
+  CHECK(testing::ThreadCount(getpid()) == before + 1);
 }
 
 TEST_CASE("Destroying the limiter writes the summaries still pending") {

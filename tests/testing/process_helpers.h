@@ -67,6 +67,19 @@ inline bool ExitsWithin(pid_t pid,
   return ready == 1;
 }
 
+// How many threads `pid` has now (its entries in /proc/PID/task).
+inline size_t ThreadCount(pid_t pid) {
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  DIR* dir = opendir(tasks.c_str());
+  if (dir == nullptr) return 0;
+  size_t threads = 0;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.') ++threads;
+  }
+  closedir(dir);
+  return threads;
+}
+
 // Waits until every thread of `pid` is stopped (state T in /proc): kill()
 // only queues a SIGSTOP, and a thread on another CPU may still answer a call
 // meanwhile. True if all were stopped within `timeout`.
