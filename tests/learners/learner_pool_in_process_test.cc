@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -63,7 +64,8 @@ struct Pool {
   }
   ~Pool() {
     pool.reset();
-    std::system(("rm -rf " + dir).c_str());
+    std::error_code ignored;  // a socket left behind is only litter in /tmp
+    std::filesystem::remove_all(dir, ignored);
   }
   std::string Socket(const std::string& id) const {
     return dir + "/" + id + ".sock";
