@@ -21,12 +21,12 @@
 #include "absl/base/thread_annotations.h"
 #include "lib/base/clock.h"
 #include "lib/base/mutex.h"
+#include "lib/base/timer_thread.h"
 #include "lib/config/config.h"
 #include "lib/learners/fan_out.h"
 #include "lib/learners/learner_pool.h"
 #include "lib/ops/aggregator_metrics.h"
 #include "lib/service/late_watch.h"
-#include "lib/base/timer_thread.h"
 
 namespace aggregator {
 

@@ -27,11 +27,11 @@
 #include "absl/base/thread_annotations.h"
 #include "lib/base/clock.h"
 #include "lib/base/mutex.h"
+#include "lib/base/timer_thread.h"
 #include "lib/learners/fan_out.h"
 #include "lib/learners/learner_pool.h"
 #include "lib/service/admission_lease.h"
 #include "lib/service/membership.h"
-#include "lib/base/timer_thread.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
