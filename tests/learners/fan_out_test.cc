@@ -24,6 +24,7 @@
 #include "lib/base/clock.h"
 #include "proto/learner.grpc.pb.h"
 #include "proto/learner_names.h"
+#include "tests/testing/monitor.h"
 
 namespace aggregator {
 namespace {
@@ -34,29 +35,7 @@ using Calls = LearnerCalls<pb::LearnRequest, pb::LearnReply>;
 
 constexpr std::chrono::seconds kDeadline(15);
 
-// Waits for conditions on state shared with gRPC threads.
-class Monitor {
- public:
-  void Change(const std::function<void()>& change) {
-    std::lock_guard<std::mutex> lock(mu_);
-    change();
-    changed_.notify_all();
-  }
-  // True if `condition` (read under the lock) held within kDeadline.
-  bool Await(const std::function<bool()>& condition) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return changed_.wait_for(lock, kDeadline, condition);
-  }
-  template <typename T>
-  T Read(const std::function<T()>& read) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return read();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable changed_;
-};
+using testing::Monitor;
 
 // A learner whose Learn answers "<name>:<plan_id>" at once, or, holding,
 // when Release() is called or the call is cancelled (CANCELLED).

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/clock.h"
 #include "proto/learner.grpc.pb.h"
+#include "tests/testing/monitor.h"
 
 namespace aggregator {
 namespace {
@@ -30,30 +31,7 @@ using std::chrono::milliseconds;
 
 constexpr std::chrono::seconds kDeadline(15);
 
-// Waits for conditions on state shared with gRPC threads.
-class Monitor {
- public:
-  // Runs `change` under the lock and wakes the waiters.
-  void Change(const std::function<void()>& change) {
-    std::lock_guard<std::mutex> lock(mu_);
-    change();
-    changed_.notify_all();
-  }
-  // True if `condition` (read under the lock) held within kDeadline.
-  bool Await(const std::function<bool()>& condition) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return changed_.wait_for(lock, kDeadline, condition);
-  }
-  template <typename T>
-  T Read(const std::function<T()>& read) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return read();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable changed_;
-};
+using testing::Monitor;
 
 // A learner that records what each Learn or LearnStream call brought. Its
 // LearnStream reads nothing until Release() while `hold_reads` is set.
