@@ -30,8 +30,8 @@ void RejoinStep::Stop() {
     MutexLock lock(&state_->mu);
     state_->stopping = true;
     if (state_->next != 0) timers_.Cancel(state_->next);
-    for (const auto& [id, replay] : state_->replays) pending.push_back(replay);
-    for (const auto& [id, probe] : state_->probes) probes.push_back(probe);
+    pending.assign(state_->replays.begin(), state_->replays.end());
+    probes.assign(state_->probes.begin(), state_->probes.end());
   }
   // Outside the lock: a cancelled call's callback takes it.
   for (const auto& replay : pending) replay->call.context->TryCancel();
@@ -97,7 +97,7 @@ bool RejoinStep::Start(const LearnerHandle& learner,
     if (state_->stopping) return false;
     pending->counted = hooks_.enter();
     if (pending->counted == nullptr) return false;
-    state_->replays[learner.id] = pending;
+    state_->replays.insert(pending);
   }
   spdlog::debug("learner {}: replaying the task (StartTask) before it rejoins",
                 learner.Name());
@@ -112,7 +112,7 @@ bool RejoinStep::Start(const LearnerHandle& learner,
         Ended(*pending);
         pending->counted.reset();
         MutexLock lock(&state->mu);
-        state->replays.erase(pending->call.learner.id);
+        state->replays.erase(pending);
       });
   return true;
 }
@@ -154,7 +154,7 @@ bool RejoinStep::StartProbe(const LearnerHandle& learner) {
     if (state_->stopping) return false;
     probe->counted = hooks_.enter();
     if (probe->counted == nullptr) return false;
-    state_->probes[learner.id] = probe;
+    state_->probes.insert(probe);
   }
   learner.stub->async()->GetResource(
       probe->context.get(), &probe->request, &probe->reply,
@@ -162,7 +162,7 @@ bool RejoinStep::StartProbe(const LearnerHandle& learner) {
         ProbeEnded(*probe, status);
         probe->counted.reset();
         MutexLock lock(&state->mu);
-        state->probes.erase(probe->learner.id);
+        state->probes.erase(probe);
       });
   return true;
 }

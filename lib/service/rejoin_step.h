@@ -19,8 +19,8 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -96,10 +96,14 @@ class RejoinStep {
     Mutex mu;
     bool stopping ABSL_GUARDED_BY(mu) = false;
     TimerThread::Id next ABSL_GUARDED_BY(mu) = 0;  // the next step's timer
-    // By learner id (one at a time per learner: Membership's claim).
-    std::map<std::string, std::shared_ptr<Pending>> replays ABSL_GUARDED_BY(mu);
-    // By learner id (one at a time per learner: Membership::DueProbes).
-    std::map<std::string, std::shared_ptr<Probe>> probes ABSL_GUARDED_BY(mu);
+    // Every call in flight, each until its callback's last use of the step.
+    // Not by learner: Membership may hand a learner out again while the last
+    // call's callback is still on its way out (it has told Membership), and
+    // keyed by learner the new call's entry was then erased by the old
+    // callback, so Stop did not wait for the new one (ASan: its callback
+    // used a destroyed step).
+    std::set<std::shared_ptr<Pending>> replays ABSL_GUARDED_BY(mu);
+    std::set<std::shared_ptr<Probe>> probes ABSL_GUARDED_BY(mu);
   };
 
   // Replays the task to each learner Membership hands out, probes the out
