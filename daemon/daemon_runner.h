@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "daemon/daemon_signals.h"
+
 namespace aggregator {
 
 struct DaemonOptions {
@@ -21,13 +23,14 @@ struct DaemonOptions {
   bool check_only = false;
 };
 
-// The signals the daemon takes synchronously, in its signal loop.
-inline constexpr int kDaemonSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1,
-                                         SIGCHLD};
+// The signals the daemon takes synchronously, in its signal loop
+// (daemon_signals.h: the list the loader-audit module blocks too).
+inline constexpr int kDaemonSignals[] = {AGGREGATORD_SIGNALS};
 
 // Blocks kDaemonSignals in the calling thread, and so in every thread it
-// starts. aggregatord blocks them before any library's initialiser runs
-// (daemon/main.cc, .preinit_array) and RunDaemon again, so a signal that
+// starts. aggregatord blocks them before ld.so loads anything (its loader-audit
+// module, daemon/signals_audit.c), else before any library's initialiser runs
+// (daemon/main.cc, .preinit_array), and RunDaemon again, so a signal that
 // arrives at start-up waits for the signal loop instead of killing the process.
 void BlockDaemonSignals();
 

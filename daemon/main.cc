@@ -11,13 +11,20 @@
 #include "lib/base/version.h"
 #include "lib/process/process_guard.h"
 
-// As early as this binary's code runs: a SIGHUP or SIGTERM that arrives
-// during start-up stays pending for the signal loop instead of taking the
-// default action (which ends the process with no log line). ld.so calls the
-// executable's .preinit_array once it has relocated, before any library's
-// initialiser; a constructor here ran only after them all (gRPC's,
-// protobuf's, abseil's...: issue 26 item 17). The raw system call, which
-// needs no library state: not even libc's initialiser has run yet.
+// The fallback for the loader-audit module (daemon/signals_audit.c), which
+// blocks the same signals (daemon/daemon_signals.h) before ld.so loads or
+// relocates anything. ld.so goes on without that module when it is missing
+// from beside the binary (one "cannot be loaded as audit interface ...
+// ignored" line on stderr), in a secure-exec start (setuid or file
+// capabilities: ld.so does not trust $ORIGIN there, and says nothing) and in
+// the sanitizer builds (linked without it: daemon/BUILD). Then this is as
+// early as the binary's code runs: a SIGHUP or SIGTERM during start-up stays
+// pending for the signal loop instead of taking the default action (which ends
+// the process with no log line). ld.so calls the executable's .preinit_array
+// once it has relocated, before any library's initialiser; a constructor here
+// ran only after them all (gRPC's, protobuf's, abseil's...: issue 26 item 17).
+// The raw system call, which needs no library state: not even libc's
+// initialiser has run yet.
 namespace {
 
 void BlockSignalsBeforeInitialisers(int, char**, char**) {

@@ -5,15 +5,20 @@
 // (raise_at_load.c): a signal sent from here could as well arrive before
 // ld.so has relocated, which no code in the executable can cover
 // (tools/bench/sighup_window measures that window; the last two cases here
-// check it and how it is measured).
+// check it and how it is measured). A loader-audit module blocks the signals
+// before even that (daemon/signals_audit.c): the cases in the middle check
+// that it does, that aggregatord loads it, and the fallback without it.
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "daemon/daemon_signals.h"
 #include "tests/testing/process_helpers.h"
 #include "tools/bench/sighup_starter.h"
 
@@ -23,6 +28,9 @@ namespace {
 
 constexpr char kDaemon[] = "daemon/aggregatord";
 constexpr char kRaiser[] = "tests/daemon/libraise_at_load.so";
+// Built beside the binary, where its DT_AUDIT names it.
+constexpr char kAuditModule[] = "daemon/libaggregatord_signals.so";
+constexpr char kAuditModuleName[] = "libaggregatord_signals.so";
 
 // What sighup_window runs: no learners, the Learner API on a free port.
 std::vector<std::string> QuietDaemon() {
@@ -45,17 +53,25 @@ double RunnableMs() {
   return (run_ns + wait_ns) / 1e6;
 }
 
-// Starts aggregatord with `signal_name` (HUP or TERM) raised at load.
-std::unique_ptr<aggregator::Subprocess> StartRaising(const char* signal_name) {
+// `path` with every symbolic link resolved.
+std::string RealPath(const std::string& path) {
+  char resolved[PATH_MAX];
+  INFO(path);
+  REQUIRE(realpath(path.c_str(), resolved) != nullptr);
+  return resolved;
+}
+
+// Starts aggregatord (`binary`) with `signal_name` (HUP or TERM) raised at
+// load.
+std::unique_ptr<aggregator::Subprocess> StartRaising(
+    const char* signal_name, const std::string& binary = kDaemon) {
   const std::string config =
       WriteFile(TempDir() + "/aggregator.yaml",
                 "min_learners: 0\nmetrics: {listen: \"\"}\n"
                 "admin: {listen: \"\"}\n");
-  char raiser[PATH_MAX];
-  REQUIRE(realpath(kRaiser, raiser) != nullptr);
   aggregator::SubprocessOptions options;
-  options.argv = {kDaemon, "--config", config, "--listen", "127.0.0.1:0"};
-  options.env = {{"LD_PRELOAD", raiser},
+  options.argv = {binary, "--config", config, "--listen", "127.0.0.1:0"};
+  options.env = {{"LD_PRELOAD", RealPath(kRaiser)},
                  {"RAISE_AT_LOAD", signal_name},
                  // Sanitizer builds: the preloaded library comes first.
                  {"ASAN_OPTIONS", "verify_asan_link_order=0"}};
@@ -73,6 +89,40 @@ std::string LogToExit(aggregator::Subprocess& daemon,
   REQUIRE(ended.ok());
   *exit = *ended;
   return log;
+}
+
+// Runs `argv` with `env` to its exit; its stdout, and stderr in `*err`.
+std::string Run(std::vector<std::string> argv,
+                std::vector<std::pair<std::string, std::string>> env,
+                std::string* err) {
+  aggregator::SubprocessOptions options;
+  options.argv = std::move(argv);
+  options.env = std::move(env);
+  auto process = aggregator::Subprocess::Start(options);
+  INFO(process.status().ToString());
+  REQUIRE(process.ok());
+  const std::string out = ReadAll(**process, /*from_stderr=*/false);
+  *err = ReadAll(**process, /*from_stderr=*/true);
+  auto ended = (*process)->Wait(std::chrono::steady_clock::now() + kLongWait);
+  REQUIRE(ended.ok());
+  INFO(*err);
+  CHECK(ended->ok());
+  return out;
+}
+
+// The blocked signals of a /proc/PID/status text (its SigBlk line).
+uint64_t BlockedSignals(const std::string& status) {
+  const size_t at = status.find("SigBlk:");
+  INFO(status);
+  REQUIRE(at != std::string::npos);
+  return std::stoull(status.substr(at + 7), nullptr, 16);
+}
+
+// daemon_signals.h's list as the kernel's mask.
+uint64_t DaemonSignalMask() {
+  uint64_t mask = 0;
+  for (int signo : {AGGREGATORD_SIGNALS}) mask |= uint64_t{1} << (signo - 1);
+  return mask;
 }
 
 size_t Count(const std::string& text, const std::string& needle) {
@@ -153,6 +203,76 @@ TEST_CASE(
   CHECK_THAT(log, Catch::Contains("aggregatord listening on") &&
                       Catch::Contains("received SIGTERM") &&
                       Catch::Contains("stopped"));
+}
+
+TEST_CASE(
+    "The loader-audit module blocks the daemon's signals in any program it "
+    "is loaded into") {
+  // cat, which blocks nothing itself, shows its own mask: ld.so ran the
+  // module's la_version before it loaded anything else, then unloaded it.
+  std::string err;
+  const uint64_t with_module =
+      BlockedSignals(Run({"/bin/cat", "/proc/self/status"},
+                         {{"LD_AUDIT", RealPath(kAuditModule)}}, &err));
+  CHECK(with_module == DaemonSignalMask());
+  CHECK(err.empty());  // nothing said: la_version returning 0 is no error
+  const uint64_t without =
+      BlockedSignals(Run({"/bin/cat", "/proc/self/status"}, {}, &err));
+  CHECK((without & DaemonSignalMask()) == 0);
+}
+
+TEST_CASE(
+    "aggregatord loads its loader-audit module from beside the binary before "
+    "any library") {
+  if (kSanitizerBuild) {
+    WARN("not checked: sanitizer builds link no loader-audit module");
+    return;
+  }
+  // Started through the runfiles' symbolic link, as tests and `bazel run`
+  // start it: $ORIGIN is the directory of the binary itself.
+  const std::string beside =
+      std::filesystem::path(RealPath(kDaemon)).parent_path().string() + "/" +
+      kAuditModuleName;
+  std::string debug;
+  const std::string version =
+      Run({kDaemon, "--version"}, {{"LD_DEBUG", "files"}}, &debug);
+  INFO(debug);
+  CHECK(!version.empty());
+  CHECK_THAT(debug, !Catch::Contains("cannot be loaded as audit interface"));
+  // Without DT_AUDIT (before issue 26 item 17's module) no such line.
+  const size_t loaded = debug.find(
+      "file=" + beside +
+      " [1]; audit interface function la_version returned zero; ignored.");
+  REQUIRE(loaded != std::string::npos);
+  const size_t first_library = debug.find("needed by");
+  REQUIRE(first_library != std::string::npos);
+  CHECK(loaded < first_library);
+}
+
+TEST_CASE(
+    "Without its loader-audit module aggregatord says so once, runs, and "
+    "still blocks the signals before the libraries initialise") {
+  if (kSanitizerBuild) {
+    WARN("not checked: sanitizer builds link no loader-audit module");
+    return;
+  }
+  // A copy of the binary alone, as an install that left the module out.
+  const std::string alone = TempDir() + "/aggregatord";
+  std::filesystem::copy_file(kDaemon, alone);
+  std::string err;
+  CHECK(!Run({alone, "--version"}, {}, &err).empty());
+  CHECK(Count(err, "cannot be loaded as audit interface") == 1);
+  CHECK_THAT(err, Catch::Contains(kAuditModuleName));
+  // main.cc's .preinit_array, the fallback, blocks them then.
+  auto daemon = StartRaising("HUP", alone);
+  const std::string reloaded =
+      WaitForLine(*daemon, "configuration reloaded (generation", true);
+  CHECK_THAT(reloaded, Catch::Contains("generation 2"));
+  REQUIRE(daemon->Signal(SIGTERM).ok());
+  aggregator::ExitStatus exit;
+  const std::string rest = LogToExit(*daemon, &exit);
+  INFO(rest);
+  CHECK(exit.ok());
 }
 
 TEST_CASE(
