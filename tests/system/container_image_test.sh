@@ -61,6 +61,14 @@ processes=$($DOCKER top "$name" -eo uid,pid,stat,args)
 echo "$processes" | awk 'NR > 1 && $1 != 10001 { bad = 1 } END { exit bad }' ||
   { echo "$processes"; fail "a process in the container is not uid 10001"; }
 echo "non-root: every process is uid 10001"
+# aggregatord's loader-audit module sits beside it (config/Dockerfile): ld.so loads
+# it instead of saying it cannot.
+! $DOCKER logs "$name" 2>&1 | grep 'cannot be loaded as audit interface' ||
+  fail "ld.so did not load aggregatord's loader-audit module in the image"
+$DOCKER exec -e LD_DEBUG=files "$name" aggregatord --version 2>&1 |
+  grep -F 'file=/usr/local/bin/libaggregatord_signals.so [1]; audit interface function la_version returned zero' >/dev/null ||
+  fail "ld.so did not load /usr/local/bin/libaggregatord_signals.so in the image"
+echo "ld.so loads libaggregatord_signals.so from beside aggregatord"
 
 # Healthy is min_learners (1) ready; the second learner may still be between its
 # first (refused) connection and the next attempt.

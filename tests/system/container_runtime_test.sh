@@ -5,7 +5,8 @@
 #    what debian:bookworm-slim already ships;
 # 2. its ENTRYPOINT, as an unprivileged user on the image's aggregator.yaml (made by
 #    config/container.sed), serves: HEALTHCHECK's command exits 0; STOPSIGNAL stops
-#    it with exit 0 and no worker left.
+#    it with exit 0 and no worker left; ld.so loads aggregatord's loader-audit module
+#    from beside it, where the build stage installs it.
 set -euo pipefail
 dockerfile=config/Dockerfile
 bins=(daemon/aggregatord tools/cli/aggregatorctl tools/examples/example_learner)
@@ -34,10 +35,15 @@ echo "runtime packages cover every library"
 
 # The image's layout in a directory an unprivileged user can read.
 root=$(mktemp -d /tmp/container.XXXXXX)
-trap 'kill -KILL $daemon_pid 2>/dev/null || true; rm -rf "$root"' EXIT
+trap 'kill -KILL ${daemon_pid:-} 2>/dev/null || true; rm -rf "$root"' EXIT
 chmod 755 "$root"
 mkdir -p "$root/usr/local/bin" "$root/etc/aggregator"
 for b in "${bins[@]}"; do install -m 0755 "$b" "$root/usr/local/bin/"; done
+# aggregatord's DT_AUDIT names it beside the binary (daemon/BUILD).
+module=daemon/libaggregatord_signals.so
+grep -q "install -m 0644 bazel-bin/$module /out/usr/local/bin/" "$dockerfile" ||
+  { echo "$dockerfile does not install $module beside aggregatord"; exit 1; }
+install -m 0644 "$module" "$root/usr/local/bin/"
 # Free ports instead of 22272/22273/22300 (other tests may run beside this one).
 ports=$(/usr/bin/python3 -c '
 import socket
@@ -61,6 +67,11 @@ healthcheck=$(sed -n 's/^ *CMD \[\(.*\)\]/\1/p' "$dockerfile" | tr -d '",')
 echo "entrypoint: $entrypoint; healthcheck: $healthcheck"
 
 as_user() { setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; }
+loaded=$(as_user env LD_DEBUG=files "$root/usr/local/bin/aggregatord" --version 2>&1)
+echo "$loaded" | grep -F "file=$root/usr/local/bin/libaggregatord_signals.so [1]; audit interface function la_version returned zero" >/dev/null ||
+  { echo "$loaded" | grep -i audit; echo "ld.so did not load $module from beside aggregatord"; exit 1; }
+echo "ld.so loads $(basename $module) from beside aggregatord"
+
 export PATH="$root/usr/local/bin:$PATH"
 # Not through as_user: $! must be the daemon itself (setpriv and env exec it).
 # shellcheck disable=SC2086
@@ -79,6 +90,8 @@ for _ in $(seq 150); do  # up to 15 s
 done
 [ -n "$healthy" ] || { echo "never healthy:"; cat "$root/daemon.log"; exit 1; }
 echo "healthcheck passes"
+! grep 'cannot be loaded as audit interface' "$root/daemon.log" ||
+  { echo "ld.so did not load aggregatord's loader-audit module"; exit 1; }
 worker_pids=$(pgrep -P $daemon_pid || true)
 [ -n "$worker_pids" ] || { echo "no worker started"; cat "$root/daemon.log"; exit 1; }
 [ "$(awk '/^Uid:/ {print $2}' /proc/$daemon_pid/status)" = 65534 ]  # unprivileged

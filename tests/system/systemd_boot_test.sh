@@ -66,6 +66,14 @@ box 'systemctl daemon-reload && systemctl enable --now aggregatord' ||
 active_running || fail "not active (running): $(show ActiveState)/$(show SubState)"
 # Type=notify: systemd logs Started only once READY=1 arrived.
 journal_has "$since" 'Started aggregatord.service' || fail "no READY: systemd never logged Started"
+# tools/install put aggregatord's loader-audit module beside it, where its DT_AUDIT
+# names it: ld.so loads it (and then unloads it) instead of saying it cannot.
+! journal_has "$since" 'cannot be loaded as audit interface' ||
+  fail "ld.so did not load aggregatord's loader-audit module under systemd"
+box 'LD_DEBUG=files /usr/local/bin/aggregatord --version 2>&1' |
+  grep -F 'file=/usr/local/bin/libaggregatord_signals.so [1]; audit interface function la_version returned zero' >/dev/null ||
+  fail "ld.so did not load /usr/local/bin/libaggregatord_signals.so"
+echo "ld.so loads libaggregatord_signals.so from beside the installed aggregatord"
 box 'systemctl status aggregatord --no-pager | head -12'
 # READY comes with min_learners (1) ready; the second learner follows shortly.
 both_ready() { [ "$(box 'aggregatorctl status' | grep -cE '^learner-[01] .* ready ')" -eq 2 ]; }
@@ -145,6 +153,7 @@ echo "$install_log"
 echo "$install_log" | grep "^installed  $dropins/gpu.conf" >/dev/null || fail "no drop-in installed"
 dry_run=$(box 'cd /src && tools/install --dry-run --prefix /opt/agg --binaries /usr/local/bin')
 echo "$dry_run" | grep '^would put  /opt/agg/bin/aggregatord$' >/dev/null &&
+  echo "$dry_run" | grep '^would put  /opt/agg/bin/libaggregatord_signals.so$' >/dev/null &&
   echo "$dry_run" | grep '^would put  /etc/systemd/system/aggregatord.service$' >/dev/null &&
   ! box 'test -e /opt/agg' || { echo "$dry_run"; fail "tools/install --dry-run --prefix"; }
 echo "tools/install --dry-run --prefix /opt/agg: would put $(echo "$dry_run" | grep -c '^would put') files, changed nothing"
