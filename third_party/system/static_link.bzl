@@ -4,8 +4,10 @@ Debian's static archives (lib*.a) instead of its shared libraries.
 For aggregatord only (daemon/BUILD): ld.so loads and relocates every shared
 object before any code of the executable runs, and a SIGHUP or SIGTERM in that
 time ends the daemon (issue 26 item 17). Linked so, aggregatord loads 23 shared
-objects instead of 78. The other binaries and the tests keep the shared
-libraries.
+objects instead of 78. (Its loader-audit module, daemon/signals_audit.c, now
+blocks the signals before ld.so loads any of them; this still shortens the
+window where that module is missing, and every start.) The other binaries and
+the tests keep the shared libraries.
 
 They come before the -l flags of //third_party/system's libraries on the link
 line (Bazel puts a binary's linkopts first): the archives, in one group, resolve
