@@ -7,7 +7,10 @@
  *
  * la_version returns 0, which tells ld.so not to audit anything: it unloads the
  * module again and goes on as without it (glibc's rtld: "this can happen
- * deliberately"; only LD_DEBUG=files says so). The signal mask stays.
+ * deliberately"; only LD_DEBUG=files says so). The signal mask stays. Where
+ * ld.so does not load it (missing beside the binary, a secure-exec start, the
+ * sanitizer builds), daemon/main.cc's .preinit_array blocks the same signals
+ * (daemon_signals.h), once ld.so has loaded and relocated the libraries.
  *
  * No libc: ld.so loads it into a namespace of its own before libc exists
  * anywhere, so it is linked -nostdlib with no undefined symbol, and makes the
