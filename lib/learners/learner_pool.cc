@@ -1,6 +1,8 @@
 #include "lib/learners/learner_pool.h"
 
-#include <grpcpp/alarm.h>
+#include <grpc/grpc.h>
+#include <grpcpp/support/time.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "absl/strings/str_join.h"
 #include "lib/base/log_fields.h"
 #include "lib/learners/call_path.h"
-#include "lib/tls/credentials.h"
 
 namespace aggregator {
 namespace {
@@ -80,6 +81,7 @@ struct LearnerPool::Learner {
   uint64_t token = 0;
   int attempts = 0;
   std::shared_ptr<grpc::Channel> channel;
+  grpc_channel* core = nullptr;  // channel's, for its watch (learner_channel.h)
   std::shared_ptr<aggregator::v1::Learner::Stub> stub;  // set while ready
   std::shared_ptr<grpc::GenericStub> generic;           // set while ready
   std::shared_ptr<LearnerCounters> counters =
@@ -87,27 +89,28 @@ struct LearnerPool::Learner {
   Backoff backoff;
   Clock::TimePoint connecting_since;
   Clock::TimePoint attempt_deadline;
-  // When the next attempt is due, while one is scheduled; `alarm` wakes the
-  // connector then (see Run).
+  // When the next attempt is due, while one is scheduled (Run waits for it).
   std::optional<Clock::TimePoint> attempt_at;
-  // The attempt alarm still pending, owned by its event: only ever cancelled
-  // here. gRPC 1.51 may still queue an alarm destroyed while it fires, so
-  // an alarm is freed with its event, once that has come back (Handle).
-  grpc::Alarm* alarm = nullptr;
-  // The probe in flight, if any (owned by its event), to cancel on removal.
+  // The probe in flight, if any (owned by its event), to cancel on removal;
+  // an answer from any other is stale (see StartProbe).
   grpc::ClientContext* probing = nullptr;
+  // The token of its watch in flight, if that watch is the current one's:
+  // a learner has one watch at a time.
+  uint64_t watch_token = 0;
   aggregator::v1::Resource resource;  // its answer to the probe
   Clock::TimePoint next_refresh;      // while ready: when resources are asked
   std::string last_error;
 };
 
-struct LearnerPool::Event {
+// A completion for the connector: gRPC core runs it as the functor of a watch
+// on the pool's callback queue, a probe's callback puts it; either way it only
+// goes into the inbox (PoolInbox::Put), whatever thread gRPC runs it on.
+struct LearnerPool::Event : grpc_completion_queue_functor {
   // kProbe: the GetResource call that shows a connected learner answers.
   struct Probe {
     std::shared_ptr<aggregator::v1::Learner::Stub> stub;
     grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<aggregator::v1::Resource>>
-        rpc;
+    aggregator::v1::GetResourceRequest request;
     aggregator::v1::Resource reply;
     grpc::Status status;
     // Sent on a channel in TRANSIENT_FAILURE: it fails at once, and its
@@ -118,12 +121,44 @@ struct LearnerPool::Event {
     bool refresh = false;
   };
 
-  // kWake: a Kick; only wakes the connector.
-  enum Kind { kAttempt, kStateChange, kProbe, kWake } kind;
-  std::string learner_id;
-  uint64_t token;
-  std::unique_ptr<Probe> probe;
-  std::unique_ptr<grpc::Alarm> alarm;  // kAttempt's and kWake's own
+  enum Kind { kStateChange, kProbe };
+
+  Event(Kind kind_in, std::string learner_id_in, uint64_t token_in,
+        PoolInbox* inbox_in)
+      : kind(kind_in),
+        learner_id(std::move(learner_id_in)),
+        token(token_in),
+        inbox(inbox_in) {
+    functor_run = &Event::Deliver;
+    // Runs where gRPC completes the watch, with no hop to gRPC's executor:
+    // Put only takes the inbox's own lock.
+    inlineable = 1;
+  }
+  static void Deliver(grpc_completion_queue_functor* functor, int ok) {
+    auto* event = static_cast<Event*>(functor);
+    event->inbox->Put(event, ok != 0);
+  }
+
+  const Kind kind;
+  const std::string learner_id;
+  const uint64_t token;
+  PoolInbox* const inbox;
+  std::unique_ptr<Probe> probe;  // kProbe's
+};
+
+// The watch queue's shutdown functor: says when gRPC is done with the queue.
+struct LearnerPool::QueueShutdown : grpc_completion_queue_functor {
+  QueueShutdown() {
+    functor_run = &QueueShutdown::Done;
+    inlineable = 1;
+  }
+  static void Done(grpc_completion_queue_functor* functor, int /*ok*/) {
+    auto* self = static_cast<QueueShutdown*>(functor);
+    MutexLock lock(&self->mu);
+    self->done = true;
+  }
+  Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
 };
 
 LearnerPool::LearnerPool(const ConnectConfig& connect,
@@ -135,15 +170,21 @@ LearnerPool::LearnerPool(const ConnectConfig& connect,
       }()),
       clock_(ClockOrSteady(hooks_.clock)),
       connect_(connect) {
+  grpc_init();  // for watch_queue_, until the destructor
+  watch_queue_shutdown_ = std::make_unique<QueueShutdown>();
+  watch_queue_ = grpc_completion_queue_create_for_callback(
+      watch_queue_shutdown_.get(), nullptr);
   clock_waker_ = clock_.AddWaker([this] { Kick(); });
   connector_ = std::thread([this] { Run(); });
 }
 
-LearnerPool::~LearnerPool() { Stop(); }
+LearnerPool::~LearnerPool() {
+  Stop();
+  grpc_shutdown();
+}
 
 void LearnerPool::Stop() {
   if (!connector_.joinable()) return;  // stopped already
-  // No Kick sets an alarm on the queue once it shuts down.
   clock_.RemoveWaker(clock_waker_);
   std::vector<std::unique_ptr<Learner>> dropped;
   {
@@ -151,14 +192,31 @@ void LearnerPool::Stop() {
     stopping_ = true;
     for (auto& learner : learners_) {
       if (learner->probing != nullptr) learner->probing->TryCancel();
-      if (learner->alarm != nullptr) learner->alarm->Cancel();
     }
     dropped.swap(learners_);
   }
-  // Cancelled alarms and destroyed channels complete their pending events.
+  // Cancelled probes and destroyed channels (a watch ends with its channel's
+  // SHUTDOWN) complete what is pending; the connector takes every completion
+  // gRPC still owes (a channel a caller holds: its watch's deadline, at most
+  // kReadyWatchPeriod) and returns.
   dropped.clear();
-  queue_.Shutdown();
+  inbox_.Wake();
   connector_.join();
+  // Nothing is pending on the watch queue any more: it shuts down at once.
+  grpc_completion_queue_shutdown(watch_queue_);
+  bool shut = false;
+  {
+    MutexLock lock(&watch_queue_shutdown_->mu);
+    shut = watch_queue_shutdown_->mu.AwaitWithTimeout(
+        absl::Condition(&watch_queue_shutdown_->done), absl::Seconds(30));
+  }
+  if (!shut) {
+    // Left as it is: gRPC may still run its shutdown functor.
+    spdlog::error("learner pool: its watch queue did not shut down in 30 s");
+    watch_queue_shutdown_.release();
+    return;
+  }
+  grpc_completion_queue_destroy(watch_queue_);
 }
 
 void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
@@ -191,7 +249,6 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
     for (auto& learner : learners_) {
       if (learner == nullptr) continue;
       if (learner->probing != nullptr) learner->probing->TryCancel();
-      if (learner->alarm != nullptr) learner->alarm->Cancel();
       {
         ScopedLogFields fields = learner->LogFields();
         spdlog::info(
@@ -207,6 +264,7 @@ void LearnerPool::SetLearners(const std::vector<LearnerEndpoint>& learners) {
     changed = ready != last_reported_ready_;
     last_reported_ready_ = ready;
   }
+  inbox_.Wake();    // new learners' first attempts are due now
   dropped.clear();  // outside the lock: destroying a channel may take a moment
   if (changed) {
     if (hooks_.on_ready_change) hooks_.on_ready_change(ready, total);
@@ -222,10 +280,15 @@ void LearnerPool::SetConnectConfig(const ConnectConfig& connect) {
 }
 
 void LearnerPool::Run() {
+  // Named for top -H and perf, and for the test that it is not woken by
+  // the learners' calls (learner_pool_in_process_test).
+  pthread_setname_np(pthread_self(), kConnectorThreadName);
   while (true) {
     Clock::TimePoint wake = clock_.Now() + kIdleWake;
     {
       MutexLock lock(&mu_);
+      // Stopping: done once gRPC has handed back all it was given.
+      if (stopping_ && inbox_.Drained()) return;
       for (const auto& learner : learners_) {
         if (learner->state == LearnerState::kConnecting) {
           wake = std::min(wake, learner->connecting_since + connect_.timeout);
@@ -233,28 +296,17 @@ void LearnerPool::Run() {
         if (learner->attempt_at) wake = std::min(wake, *learner->attempt_at);
       }
     }
-    void* tag = nullptr;
-    bool ok = false;
-    const auto status = queue_.AsyncNext(&tag, &ok, WakeAt(wake));
-    if (status == grpc::CompletionQueue::SHUTDOWN) return;
+    const std::vector<PoolInbox::Item> items =
+        inbox_.Wait(absl::FromChrono(RealWait(wake)));
     size_t ready = 0;
     size_t total = 0;
     bool changed = false;
     {
       MutexLock lock(&mu_);
-      if (status == grpc::CompletionQueue::GOT_EVENT) {
-        Event* event = static_cast<Event*>(tag);
-        bool woke = false;
-        {
-          // Events are made under mu_, a Kick's under kick_mu_; a Kick's
-          // alarm goes once Kick is out of Set. It only woke the loop.
-          MutexLock kick_lock(&kick_mu_);
-          woke = event->kind == Event::kWake;
-          if (woke) delete event;
-        }
-        if (!woke) Handle(event, ok);
+      for (const PoolInbox::Item& item : items) {
+        Handle(static_cast<Event*>(item.tag), item.ok);
       }
-      if (stopping_) continue;  // drain the queue until it shuts down
+      if (stopping_) continue;  // take completions until none is owed
       const Clock::TimePoint now = clock_.Now();
       StartDueAttempts(now);
       MarkTimedOut(now);
@@ -273,20 +325,15 @@ void LearnerPool::Handle(Event* event, bool ok) {
   std::unique_ptr<Event> owned(event);
   if (stopping_) return;
   Learner* learner = Find(event->learner_id);
-  if (learner != nullptr && event->probe != nullptr &&
-      learner->probing == &event->probe->context) {
+  if (learner == nullptr) return;  // removed
+  if (event->probe != nullptr) {
+    if (learner->probing != &event->probe->context) return;  // superseded
     learner->probing = nullptr;
+  } else if (learner->watch_token == event->token) {
+    learner->watch_token = 0;
   }
-  if (learner != nullptr && event->alarm != nullptr &&
-      learner->alarm == event->alarm.get()) {
-    learner->alarm = nullptr;  // freed with the event
-  }
-  if (learner == nullptr || learner->token != event->token) return;  // stale
+  if (learner->token != event->token) return;  // stale
   switch (event->kind) {
-    case Event::kAttempt:
-    case Event::kWake:  // Run's own
-      // The attempt starts in Run once it is due on the clock.
-      return;
     case Event::kStateChange:
       OnStateChange(learner, ok);
       return;
@@ -306,20 +353,16 @@ void LearnerPool::StartAttempt(Learner* learner) {
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
               static_cast<int>(connect_.attempt_timeout.count()));
-  std::shared_ptr<grpc::ChannelCredentials> credentials =
-      grpc::InsecureChannelCredentials();
-  if (const auto& tls = learner->endpoint.tls) {
-    credentials = ClientCredentials(
-        ClientIdentity{tls->ca.pem, tls->cert.pem, tls->key.pem});
-    if (!tls->server_name.empty()) {
-      args.SetSslTargetNameOverride(tls->server_name);
-    }
-  }
-  learner->channel = grpc::CreateCustomChannel(
-      learner->endpoint.address.ToString(), credentials, args);
+  LearnerChannel made = MakeLearnerChannel(learner->endpoint, std::move(args));
+  learner->channel = std::move(made.channel);
+  learner->core = made.core;
   learner->attempt_deadline = clock_.Now() + connect_.attempt_timeout;
   Watch(learner, learner->channel->GetState(/*try_to_connect=*/true),
         learner->attempt_deadline);
+  // Sent as soon as the connection is up (wait_for_ready). A callback call
+  // in flight is also what makes gRPC poll for the connection when nothing
+  // else in the process uses gRPC: the pool polls for none of its own.
+  StartProbe(learner);
 }
 
 void LearnerPool::OnStateChange(Learner* learner, bool ok) {
@@ -350,7 +393,8 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
     return;
   }
   if (state == GRPC_CHANNEL_READY) {
-    StartProbe(learner);
+    // The attempt's probe is on its way (StartAttempt); its answer decides.
+    if (learner->probing == nullptr) StartProbe(learner);
     return;
   }
   if (state == GRPC_CHANNEL_TRANSIENT_FAILURE) {
@@ -367,9 +411,7 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
   // to say.
   (void)ok;
   if (now >= learner->attempt_deadline) {
-    AttemptFailed(learner,
-                  absl::StrCat("no connection within connect.attempt_timeout (",
-                               connect_.attempt_timeout.count(), "ms)"));
+    AttemptTimedOut(learner);
     return;
   }
   if (state == GRPC_CHANNEL_IDLE) state = learner->channel->GetState(true);
@@ -377,8 +419,11 @@ void LearnerPool::OnStateChange(Learner* learner, bool ok) {
 }
 
 void LearnerPool::StartProbe(Learner* learner, bool diagnose, bool refresh) {
-  auto* event = new Event{Event::kProbe, learner->endpoint.id, learner->token,
-                          std::make_unique<Event::Probe>()};
+  // One probe at a time: a diagnosis supersedes the attempt's probe.
+  if (learner->probing != nullptr) learner->probing->TryCancel();
+  auto* event =
+      new Event(Event::kProbe, learner->endpoint.id, learner->token, &inbox_);
+  event->probe = std::make_unique<Event::Probe>();
   Event::Probe& probe = *event->probe;
   probe.diagnose = diagnose;
   probe.refresh = refresh;
@@ -389,10 +434,18 @@ void LearnerPool::StartProbe(Learner* learner, bool diagnose, bool refresh) {
   if (!hooks_.aggregator_id.empty()) {
     probe.context.AddMetadata(kCallPathKey, hooks_.aggregator_id);
   }
-  probe.rpc = probe.stub->AsyncGetResource(
-      &probe.context, aggregator::v1::GetResourceRequest(), &queue_);
-  probe.rpc->Finish(&probe.reply, &probe.status, event);
+  // A diagnosis must fail at once on the failed connection; the others wait
+  // for it (an attempt's probe starts before the connection is up).
+  probe.context.set_wait_for_ready(!diagnose);
+  // The callback API: its answer comes on gRPC's callback threads, which
+  // poll for the pool's channels too when nothing else in the process does.
+  inbox_.Expect();
   learner->probing = &probe.context;
+  probe.stub->async()->GetResource(&probe.context, &probe.request, &probe.reply,
+                                   [event](grpc::Status status) {
+                                     event->probe->status = std::move(status);
+                                     event->inbox->Put(event, true);
+                                   });
 }
 
 void LearnerPool::OnProbe(Learner* learner, const Event& event) {
@@ -422,6 +475,13 @@ void LearnerPool::OnProbe(Learner* learner, const Event& event) {
       probe.diagnose) {
     AttemptFailed(learner, absl::StrCat("connection failed: ",
                                         probe.status.error_message()));
+    return;
+  }
+  // The attempt's probe ran out of time before the connection was up, just
+  // as its watch did.
+  if (probe.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      learner->channel->GetState(false) != GRPC_CHANNEL_READY) {
+    AttemptTimedOut(learner);
     return;
   }
   if (!probe.status.ok()) {
@@ -489,9 +549,17 @@ void LearnerPool::OnRefresh(Learner* learner, const Event& event) {
   }
 }
 
+void LearnerPool::AttemptTimedOut(Learner* learner) {
+  AttemptFailed(learner,
+                absl::StrCat("no connection within connect.attempt_timeout (",
+                             connect_.attempt_timeout.count(), "ms)"));
+}
+
 void LearnerPool::AttemptFailed(Learner* learner, const std::string& why) {
   learner->last_error = absl::StrCat(why, " (attempt ", learner->attempts, ")");
+  if (learner->probing != nullptr) learner->probing->TryCancel();
   learner->channel.reset();
+  learner->core = nullptr;
   const auto delay = learner->backoff.Next();
   {
     ScopedLogFields fields = learner->LogFields();
@@ -528,34 +596,42 @@ void LearnerPool::MarkTimedOut(Clock::TimePoint now) {
 
 void LearnerPool::Watch(Learner* learner, grpc_connectivity_state state,
                         Clock::TimePoint deadline) {
-  learner->channel->NotifyOnStateChange(
-      state, WakeAt(deadline), &queue_,
-      new Event{Event::kStateChange, learner->endpoint.id, learner->token});
+  // Already watched (an attempt's watch can still be out when its probe's
+  // answer makes the learner ready): that watch's end looks again.
+  if (learner->watch_token == learner->token) return;
+  learner->watch_token = learner->token;
+  auto* event = new Event(Event::kStateChange, learner->endpoint.id,
+                          learner->token, &inbox_);
+  inbox_.Expect();
+  grpc_channel_watch_connectivity_state(
+      learner->core, state,
+      grpc::TimePoint<std::chrono::system_clock::time_point>(WakeAt(deadline))
+          .raw_time(),
+      watch_queue_, event);
 }
 
 void LearnerPool::Schedule(Learner* learner, Clock::TimePoint when) {
-  learner->token = next_token_++;
-  learner->attempt_at = when;
-  if (learner->alarm != nullptr) learner->alarm->Cancel();  // stale now
-  auto* event =
-      new Event{Event::kAttempt, learner->endpoint.id, learner->token};
-  event->alarm = std::make_unique<grpc::Alarm>();
-  learner->alarm = event->alarm.get();
-  event->alarm->Set(&queue_, WakeAt(when), event);
+  learner->token = next_token_++;  // whatever is pending for it is stale now
+  learner->attempt_at = when;      // Run starts it then
 }
 
-// gRPC's timers take system_clock. The steady clock says how long is left;
-// a fake clock keeps no real timers: what is due is due now, anything else
+// A fake clock keeps no real timers: what is due is due now, anything else
 // is looked at again after kIdleWake, or when the clock moves (Kick).
-std::chrono::system_clock::time_point LearnerPool::WakeAt(
-    Clock::TimePoint when) const {
+Clock::Duration LearnerPool::RealWait(Clock::TimePoint when) const {
   std::optional<Clock::Duration> left = clock_.RealDelayUntil(when);
   if (!left) {
     left = when <= clock_.Now() ? Clock::Duration::zero()
                                 : Clock::Duration(kIdleWake);
   }
+  return *left;
+}
+
+// gRPC's timers take system_clock.
+std::chrono::system_clock::time_point LearnerPool::WakeAt(
+    Clock::TimePoint when) const {
   return std::chrono::system_clock::now() +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(*left);
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             RealWait(when));
 }
 
 // A call's deadline can only be real: the time left on the clock, taken as
@@ -567,12 +643,7 @@ std::chrono::system_clock::time_point LearnerPool::CallDeadline(
              when - clock_.Now());
 }
 
-void LearnerPool::Kick() {
-  MutexLock lock(&kick_mu_);
-  auto* event = new Event{Event::kWake, "", 0};
-  event->alarm = std::make_unique<grpc::Alarm>();
-  event->alarm->Set(&queue_, std::chrono::system_clock::now(), event);
-}
+void LearnerPool::Kick() { inbox_.Wake(); }
 
 LearnerPool::Learner* LearnerPool::Find(const std::string& id) const {
   for (const auto& learner : learners_) {

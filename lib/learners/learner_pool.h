@@ -4,10 +4,19 @@
 // failed when it was not ready within connect.timeout (failed learners keep
 // being retried in the background). Ready means connected and answering: as a
 // learner connects the pool asks its resources (GetResource) and keeps them.
-// All learners connect concurrently, driven by one connector thread over a gRPC
-// completion queue: no thread per learner, no busy loop. Each attempt uses a
-// fresh channel (with its own subchannel pool), so the retry schedule is
-// exactly the configured jittered backoff, not gRPC's hidden one.
+// All learners connect concurrently, driven by one connector thread: no
+// thread per learner, no busy loop. The connector waits in its own inbox
+// (lib/learners/pool_inbox.h), never in a gRPC completion queue, so it is not
+// one of gRPC's pollers (in gRPC 1.51 every thread blocked in a completion
+// queue takes turns at polling all of the process's sockets, the daemon's
+// calls included). gRPC's completions reach the inbox from gRPC's own
+// threads: connection watches through a callback completion queue, probes
+// (GetResource) through the callback API. An attempt's probe is sent as soon
+// as its connection is up; while it is in flight, gRPC's callback threads poll
+// for the connection even in a process where nothing else uses gRPC.
+// Each attempt uses a fresh channel (with its own subchannel pool), so the
+// retry schedule is exactly the configured jittered backoff, not gRPC's
+// hidden one.
 //
 // Its timing (backoff delays, connect.timeout, connect.attempt_timeout,
 // resource_refresh) runs on an injected Clock: under a FakeClock a retry is
@@ -24,6 +33,7 @@
 #ifndef LIB_LEARNERS_LEARNER_POOL_H_
 #define LIB_LEARNERS_LEARNER_POOL_H_
 
+#include <grpc/grpc.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -42,7 +52,9 @@
 #include "lib/base/host_port.h"
 #include "lib/base/mutex.h"
 #include "lib/config/config.h"
+#include "lib/learners/learner_channel.h"
 #include "lib/learners/learner_roster.h"
+#include "lib/learners/pool_inbox.h"
 #include "proto/learner.grpc.pb.h"
 
 namespace aggregator {
@@ -60,6 +72,9 @@ struct LearnerPoolHooks {
   // pool.
   Clock* clock = nullptr;
 };
+
+// The name of the pool's connector thread (as /proc/<pid>/task/*/comm).
+inline constexpr char kConnectorThreadName[] = "learner-pool";
 
 // Channel arguments used for every learner channel (message sizes, no idle
 // timeout, connect.keepalive's pings).
@@ -109,6 +124,7 @@ class LearnerPool final : public LearnerRoster {
  private:
   struct Learner;
   struct Event;
+  struct QueueShutdown;
 
   void Run();
   void Handle(Event* event, bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -125,6 +141,7 @@ class LearnerPool final : public LearnerRoster {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AttemptFailed(Learner* learner, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AttemptTimedOut(Learner* learner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the scheduled attempts that are due at `now`.
   void StartDueAttempts(Clock::TimePoint now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -133,7 +150,9 @@ class LearnerPool final : public LearnerRoster {
              Clock::TimePoint deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Schedule(Learner* learner, Clock::TimePoint when)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // When, in real time, to look again at something due at `when` on clock_.
+  // How long, in real time, until looking again at something due at `when`
+  // on clock_; WakeAt: that time on system_clock, for gRPC.
+  Clock::Duration RealWait(Clock::TimePoint when) const;
   std::chrono::system_clock::time_point WakeAt(Clock::TimePoint when) const;
   // A gRPC call's deadline for `when` on clock_.
   std::chrono::system_clock::time_point CallDeadline(
@@ -146,12 +165,13 @@ class LearnerPool final : public LearnerRoster {
   const int64_t max_message_bytes_;
   const LearnerPoolHooks hooks_;
   Clock& clock_;
-  grpc::CompletionQueue queue_;
+  // Where the connector waits; watches and probes put their completions here.
+  PoolInbox inbox_;
+  // The connection watches' queue: a callback queue, which nobody polls; its
+  // tags are Events, whose functors put them in inbox_.
+  grpc_completion_queue* watch_queue_ = nullptr;
+  std::unique_ptr<QueueShutdown> watch_queue_shutdown_;
   int clock_waker_ = 0;  // clock_'s token for Kick
-  // Held while a Kick sets its alarm, so the connector never frees the alarm
-  // before Set has returned. Taken under the clock's lock (Kick is its
-  // waker) and under mu_; takes neither.
-  Mutex kick_mu_;
 
   mutable Mutex mu_;
   ConnectConfig connect_ ABSL_GUARDED_BY(mu_);

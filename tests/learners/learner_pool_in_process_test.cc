@@ -10,7 +10,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "lib/learners/learner_pool.h"
@@ -99,6 +101,55 @@ struct Pool {
     return clock.AdvanceAndSettle(delta, std::nullopt, kRealWait);
   }
 };
+
+// How many times so far this process's one thread named `name` gave up the
+// CPU to wait (voluntary_ctxt_switches in /proc/self/task/<tid>/status);
+// nullopt when no thread, or more than one, has that name.
+std::optional<long> ThreadWaits(const std::string& name) {
+  std::optional<long> waits;
+  int found = 0;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (!std::getline(comm, line) || line != name) continue;
+    ++found;
+    std::ifstream status(task.path() / "status");
+    const std::string key = "voluntary_ctxt_switches:";
+    while (std::getline(status, line)) {
+      if (line.compare(0, key.size(), key) == 0) {
+        waits = std::stol(line.substr(key.size()));
+      }
+    }
+  }
+  if (found != 1) return std::nullopt;
+  return waits;
+}
+
+TEST_CASE(
+    "Pool, in process: calls through a ready learner's handle do not wake the "
+    "connector thread (it waits outside gRPC's pollers)") {
+  Pool pool;
+  InProcessLearner fake(FakeLearner::Options{1, 1}, pool.Socket("l0"));
+  pool.pool->SetLearners({pool.Endpoint("l0")});
+  REQUIRE(pool.ReadyNow());
+  const LearnerHandle learner = pool.pool->Ready().at(0);
+  const std::optional<long> before = ThreadWaits(kConnectorThreadName);
+  REQUIRE(before.has_value());
+  constexpr int kCalls = 300;
+  for (int i = 0; i < kCalls; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + kRealWait);
+    pb::DataDemand demand;
+    REQUIRE(learner.stub->GetData(&context, {}, &demand).ok());
+  }
+  const std::optional<long> after = ThreadWaits(kConnectorThreadName);
+  REQUIRE(after.has_value());
+  // It wakes for its own timers (about once a second) and watches (every 2
+  // s). A thread waiting in a gRPC completion queue takes turns at polling
+  // for every call in the process, the 300 calls here included.
+  CHECK(*after - *before < kCalls / 10);
+}
 
 TEST_CASE(
     "Pool, in process: a fake learner becomes ready with the resources it "
