@@ -435,6 +435,80 @@ TEST_CASE("No descendant of a worker outlives the worker's stop") {
   REQUIRE(family.daemon->Wait(Steady::now() + kLongWait).ok());
 }
 
+// A loopback port held (bound and listening) by this test.
+struct HeldPort {
+  int fd = -1;
+  int port = 0;
+  HeldPort() {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+    REQUIRE(listen(fd, 1) == 0);
+    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    port = ntohs(addr.sin_port);
+  }
+  ~HeldPort() { close(fd); }
+};
+
+// Issue 26 item 3: with 300 replicas a start that failed closed the
+// listeners at 30 s with nothing logged, and the process lingered. A start
+// that fails once the workers are starting (here metrics.listen is taken;
+// it opens after the workers' Apply) must log why and exit, leaving no worker.
+TEST_CASE(
+    "A start that fails while 200 worker replicas start says why and exits 2, "
+    "leaving no worker running") {
+  const HeldPort busy;
+  const std::string metrics = absl::StrCat("127.0.0.1:", busy.port);
+  const std::string dir = testing::TempDir();
+  WriteText(dir + "/aggregator.yaml",
+            absl::StrCat("listen: \"127.0.0.1:0\"\n"
+                         "metrics: {listen: \"",
+                         metrics,
+                         "\"}\n"
+                         "admin: {listen: \"\"}\n"
+                         "min_learners: 0\n"
+                         "workers:\n"
+                         "  - name: many\n"
+                         "    command: [sleep, \"1000\"]\n"
+                         "    replicas: 200\n"));
+  std::unique_ptr<Subprocess> daemon =
+      StartDaemon({"--config", dir + "/aggregator.yaml"}, dir);
+  // The whole log, to its end (the daemon's exit), within one deadline.
+  const Steady::time_point deadline = Steady::now() + kLongWait;
+  std::string critical;
+  std::vector<pid_t> started;
+  for (;;) {
+    absl::StatusOr<std::string> line =
+        daemon->ReadLine(deadline, /*from_stderr=*/true);
+    if (!line.ok()) {
+      INFO("the log ended with: " << line.status().ToString());
+      CHECK(absl::IsOutOfRange(line.status()));  // EOF, not the deadline
+      break;
+    }
+    UNSCOPED_INFO("aggregatord: " << *line);
+    if (line->find(" critical ") != std::string::npos) critical = *line;
+    if (line->find("worker many-") != std::string::npos &&
+        line->find(" started (pid ") != std::string::npos) {
+      started.push_back(PidIn(*line));
+    }
+  }
+  CHECK(critical.find("cannot serve metrics on '" + metrics + "'") !=
+        std::string::npos);
+  absl::StatusOr<ExitStatus> exit = daemon->Wait(deadline);
+  INFO(exit.status().ToString());
+  REQUIRE(exit.ok());
+  CHECK(exit->exit_code == 2);
+  INFO(started.size() << " replica(s) had started");
+  for (pid_t pid : started) {
+    INFO("worker pid " << pid);
+    CHECK(testing::ExitsWithin(pid, milliseconds(0)));
+  }
+}
+
 TEST_CASE("The default configuration finds example_learner in the runfiles") {
   // The shipped default with free ports, run from a directory that has no
   // tools/examples/example_learner: the program comes from aggregatord's
