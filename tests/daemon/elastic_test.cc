@@ -526,3 +526,53 @@ TEST_CASE(
   REQUIRE(standings.count("slow") == 1);
   CHECK_THAT(standings.at("slow").why, Catch::Contains("straggler"));
 }
+
+// Issue 26 item 18: FLAGS also carries late:Nms (straggler.late_after) while a
+// learner is late; PLANS keeps its standing only.
+TEST_CASE(
+    "aggregatorctl status shows a late learner as late:Nms under FLAGS and its "
+    "standing under PLANS") {
+  const std::string dir = TempDir();
+  const std::string faults = dir + "/faults";
+  WriteFaults(faults, "");
+  aggregator::ExampleLearnerOptions hangs;
+  hangs.fault_file = faults;
+  auto a = StartLearner();
+  auto b = StartLearner();
+  auto late = StartLearner(hangs);
+  AggregatorConfig config =
+      FastConfig({Endpoint("a", a->address), Endpoint("b", b->address),
+                  Endpoint("late", late->address)},
+                 2);
+  config.service.on_learner_failure = OnLearnerFailure::kShrink;
+  config.service.straggler.late_after = {
+      aggregator::StragglerConfig::LateAfter::Mode::kFixed,
+      std::chrono::milliseconds(300)};
+  auto server = StartReadyAggregator(config);
+  REQUIRE(Eventually([&] { return server->pool().ReadyCount() == 3; }));
+  auto stub = LearnerStub(server->address());
+  CHECK(Step(*stub, 0).second == 3);
+  // Its GetData hangs: after late_after the step is planned over a and b.
+  WriteFaults(faults, "delay_ms=600000 delay_on=GetData");
+  pb::DataDemand demand;
+  REQUIRE(stub->GetData(Deadline().get(), {}, &demand).ok());
+  CHECK(demand.membership().members_size() == 2);
+
+  const std::map<std::string, std::vector<std::string>> table =
+      CtlLearnerTable(server->admin_address());
+  REQUIRE(table.count("LEARNER") == 1);
+  const std::vector<std::string>& header = table.at("LEARNER");
+  const auto at = std::find(header.begin(), header.end(), "PLANS");
+  REQUIRE(at != header.end());
+  const size_t plans = static_cast<size_t>(at - header.begin());
+  REQUIRE(header.size() > plans + 1);
+  REQUIRE(header[plans + 1] == "FLAGS");
+  REQUIRE(table.count("late") == 1);
+  REQUIRE(table.at("late").size() > plans + 1);
+  CHECK(table.at("late")[plans] == "out");
+  CHECK_THAT(table.at("late")[plans + 1], Catch::Matches("late:[1-9][0-9]*ms"));
+  REQUIRE(table.count("a") == 1);
+  CHECK(table.at("a")[plans] == "in");
+  CHECK(table.at("a")[plans + 1] == "-");
+  late->learner->Stop();  // ends its hung GetData at once
+}
