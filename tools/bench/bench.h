@@ -63,6 +63,10 @@ struct BenchOptions {
   std::string netns_rate = "1gbit";
   int netns_iterations = 3;
   std::vector<int> netns_sizes_mib = {64};
+  // Section 7: worker replica counts, and the idle window the guards' CPU
+  // is read over.
+  std::vector<int> guard_replicas = {1, 50, 200};
+  int guard_window_s = 10;
   std::string netns_child_out;  // set: this process is section 6's child
   std::string sections = "123456";
   bool compare_allocators = false;
@@ -213,6 +217,8 @@ class Bench {
   // bandwidth limit per host.
   Section NetworkInNamespace();
   Section Allocators();
+  // Section 7 (not run by default: minutes with hundreds of replicas).
+  Section IdleGuards();
 
  private:
   // Runs `body`; an error marks the section failed and is noted in it (the

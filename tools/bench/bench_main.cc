@@ -109,6 +109,8 @@ nlohmann::json OptionsJson(const BenchOptions& o, const ChildEnv& env) {
           {"netns_rate", o.netns_rate},
           {"netns_iterations", o.netns_iterations},
           {"netns_sizes_mib", o.netns_sizes_mib},
+          {"guard_replicas", o.guard_replicas},
+          {"guard_window_s", o.guard_window_s},
           {"sections", o.sections},
           {"compare_allocators", o.compare_allocators},
           {"daemon", o.daemon},
@@ -150,8 +152,10 @@ int Main(int argc, char** argv) {
   app.add_option("--sample-bytes", options.large_sample_bytes,
                  "bytes per sample in large batches")
       ->check(CLI::PositiveNumber);
-  app.add_option("--sections", options.sections,
-                 "which sections to run, e.g. 125 (default 123456)");
+  app.add_option(
+      "--sections", options.sections,
+      "which sections to run, e.g. 125 (default 123456; 7, worker guards "
+      "at rest, only when asked)");
   app.add_option("--stream-message-bytes", options.stream_message_bytes,
                  "bytes of samples per LearnStream message (sections 2, 6)")
       ->check(CLI::PositiveNumber);
@@ -171,6 +175,14 @@ int Main(int argc, char** argv) {
           ->check(CLI::PositiveNumber);
   AddPositiveList(app, "--netns-sizes-mib", options.netns_sizes_mib,
                   "section 6: batch sizes in MiB (default 64)");
+  auto* guard_replicas = AddPositiveList(
+      app, "--guard-replicas", options.guard_replicas,
+      "section 7: worker replica counts (default 1,50,200; --quick: 1,10)");
+  auto* guard_window =
+      app.add_option("--guard-window-s", options.guard_window_s,
+                     "section 7: seconds the idle guards' CPU is read over "
+                     "(default 10; --quick: 2)")
+          ->check(CLI::PositiveNumber);
   app.add_option("--netns-child-out", options.netns_child_out,
                  "(internal) run section 6 here and write it to this file")
       ->group("");
@@ -206,6 +218,8 @@ int Main(int argc, char** argv) {
     if (counts->count() == 0) options.learner_counts = {4};
     if (breakdown->count() == 0) options.breakdown_iterations = 100;
     if (netns_iterations->count() == 0) options.netns_iterations = 1;
+    if (guard_replicas->count() == 0) options.guard_replicas = {1, 10};
+    if (guard_window->count() == 0) options.guard_window_s = 2;
   }
   if (options.compare_allocators) options.sections = "A";
   if (options.json_path.empty()) options.json_path = "bench-results.json";
@@ -259,6 +273,7 @@ int Main(int argc, char** argv) {
     if (wants('4')) report.sections.push_back(bench.Supervisor());
     if (wants('5')) report.sections.push_back(bench.StartUp());
     if (wants('6')) report.sections.push_back(bench.Network());
+    if (wants('7')) report.sections.push_back(bench.IdleGuards());
     if (wants('A')) report.sections.push_back(bench.Allocators());
   }
   const double seconds =
