@@ -67,10 +67,14 @@ healthcheck=$(sed -n 's/^ *CMD \[\(.*\)\]/\1/p' "$dockerfile" | tr -d '",')
 echo "entrypoint: $entrypoint; healthcheck: $healthcheck"
 
 as_user() { setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; }
-loaded=$(as_user env LD_DEBUG=files "$root/usr/local/bin/aggregatord" --version 2>&1)
-echo "$loaded" | grep -F "file=$root/usr/local/bin/libaggregatord_signals.so [1]; audit interface function la_version returned zero" >/dev/null ||
-  { echo "$loaded" | grep -i audit; echo "ld.so did not load $module from beside aggregatord"; exit 1; }
-echo "ld.so loads $(basename $module) from beside aggregatord"
+if [ "${EXPECT_AUDIT_MODULE:?set by tests/system/BUILD}" = 1 ]; then
+  loaded=$(as_user env LD_DEBUG=files "$root/usr/local/bin/aggregatord" --version 2>&1)
+  echo "$loaded" | grep -F "file=$root/usr/local/bin/libaggregatord_signals.so [1]; audit interface function la_version returned zero" >/dev/null ||
+    { echo "$loaded" | grep -i audit; echo "ld.so did not load $module from beside aggregatord"; exit 1; }
+  echo "ld.so loads $(basename $module) from beside aggregatord"
+else
+  echo "not checked: a sanitizer build of aggregatord names no loader-audit module"
+fi
 
 export PATH="$root/usr/local/bin:$PATH"
 # Not through as_user: $! must be the daemon itself (setpriv and env exec it).
