@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "lib/base/log_fields.h"
 #include "lib/learners/call_path.h"
+#include "lib/learners/callback_queue.h"
 
 namespace aggregator {
 namespace {
@@ -170,6 +171,9 @@ LearnerPool::LearnerPool(const ConnectConfig& connect,
       }()),
       clock_(ClockOrSteady(hooks_.clock)),
       connect_(connect) {
+  // Calls keep a ready learner's channel (LearnerHandle) and may drop it last
+  // in their callbacks.
+  KeepGrpcCallbackQueue();
   grpc_init();  // for watch_queue_, until the destructor
   watch_queue_shutdown_ = std::make_unique<QueueShutdown>();
   watch_queue_ = grpc_completion_queue_create_for_callback(

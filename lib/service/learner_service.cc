@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "lib/learners/call_path.h"
+#include "lib/learners/callback_queue.h"
 #include "lib/service/learner_service_impl.h"
 
 namespace aggregator {
@@ -24,6 +25,8 @@ LearnerService::LearnerService(LearnerRoster* learners,
       memory_(ProcessMemoryLimit()),
       late_(&clock_, options.metrics),
       admission_(std::move(options.aggregator_id), options.metrics, &clock_) {
+  // Its calls' callbacks may drop a learner's last handle, and its channel.
+  KeepGrpcCallbackQueue();
   SetConfig(config);
   // After SetConfig: its steps read the settings.
   rejoin_ = std::make_unique<RejoinStep>(&membership_, &clock_, RejoinHooks());
