@@ -134,6 +134,20 @@ size_t Count(const std::string& text, const std::string& needle) {
   return count;
 }
 
+// Waits for the one reload a SIGHUP raised at start-up makes, then stops the
+// daemon and returns the rest of its log (it must exit cleanly).
+std::string ReloadedThenStopped(aggregator::Subprocess& daemon) {
+  const std::string reloaded =
+      WaitForLine(daemon, "configuration reloaded (generation", true);
+  CHECK_THAT(reloaded, Catch::Contains("generation 2"));
+  REQUIRE(daemon.Signal(SIGTERM).ok());
+  aggregator::ExitStatus exit;
+  const std::string rest = LogToExit(daemon, &exit);
+  INFO(rest);
+  CHECK(exit.ok());
+  return rest;
+}
+
 // Whether this test (and so aggregatord) is a sanitizer build, which links
 // every library shared (third_party/system/static_link.bzl).
 constexpr bool kSanitizerBuild =
@@ -180,15 +194,8 @@ TEST_CASE(
     "A SIGHUP raised while the libraries initialise reloads once the daemon "
     "runs") {
   auto daemon = StartRaising("HUP");
-  // Before the fix it died here of SIGHUP: the line never came.
-  const std::string reloaded =
-      WaitForLine(*daemon, "configuration reloaded (generation", true);
-  CHECK_THAT(reloaded, Catch::Contains("generation 2"));
-  REQUIRE(daemon->Signal(SIGTERM).ok());
-  aggregator::ExitStatus exit;
-  const std::string rest = LogToExit(*daemon, &exit);
-  INFO(rest);
-  CHECK(exit.ok());
+  // Before the fix it died here of SIGHUP: the reload line never came.
+  const std::string rest = ReloadedThenStopped(*daemon);
   CHECK(Count(rest, "configuration reloaded") == 0);  // one reload, not two
 }
 
@@ -265,14 +272,7 @@ TEST_CASE(
   CHECK_THAT(err, Catch::Contains(kAuditModuleName));
   // main.cc's .preinit_array, the fallback, blocks them then.
   auto daemon = StartRaising("HUP", alone);
-  const std::string reloaded =
-      WaitForLine(*daemon, "configuration reloaded (generation", true);
-  CHECK_THAT(reloaded, Catch::Contains("generation 2"));
-  REQUIRE(daemon->Signal(SIGTERM).ok());
-  aggregator::ExitStatus exit;
-  const std::string rest = LogToExit(*daemon, &exit);
-  INFO(rest);
-  CHECK(exit.ok());
+  ReloadedThenStopped(*daemon);
 }
 
 TEST_CASE(
