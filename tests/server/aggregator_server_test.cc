@@ -12,7 +12,9 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
+#include <string>
 
+#include "absl/status/status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/testing/log_capture.h"
 #include "tests/testing/test_cluster.h"
@@ -27,6 +29,14 @@ std::unique_ptr<aggregator::AggregatorServer> StartWith(
                                                     std::move(options));
   REQUIRE(server.ok());
   return *std::move(server);
+}
+
+// What a failed call says, for the failure output.
+std::string Describe(const grpc::Status& status) {
+  return "code " + std::to_string(status.error_code()) + " (" +
+         absl::StatusCodeToString(
+             static_cast<absl::StatusCode>(status.error_code())) +
+         "): " + status.error_message();
 }
 
 }  // namespace
@@ -80,7 +90,9 @@ TEST_CASE("An idle connection is sent GOAWAY after the idle timeout") {
                                      grpc::InsecureChannelCredentials());
   auto health = grpc::health::v1::Health::NewStub(channel);
   grpc::health::v1::HealthCheckResponse response;
-  REQUIRE(health->Check(Deadline().get(), {}, &response).ok());
+  const grpc::Status first = health->Check(Deadline().get(), {}, &response);
+  INFO("first Check: " << Describe(first));
+  REQUIRE(first.ok());
   // Connected for the Check. On a loaded machine this thread may only get
   // here after the 300 ms, with the GOAWAY already in (IDLE): that is the
   // point too. Without a GOAWAY the channel stays READY and the CHECK below
@@ -96,7 +108,9 @@ TEST_CASE("An idle connection is sent GOAWAY after the idle timeout") {
   }
   CHECK(channel->GetState(false) == GRPC_CHANNEL_IDLE);
   // And the next call simply reconnects.
-  CHECK(health->Check(Deadline().get(), {}, &response).ok());
+  const grpc::Status again = health->Check(Deadline().get(), {}, &response);
+  INFO("Check after the GOAWAY: " << Describe(again));
+  CHECK(again.ok());
 }
 
 namespace {
