@@ -418,6 +418,25 @@ std::map<std::string, std::vector<std::string>> CtlLearnerTable(
   return rows;
 }
 
+// A learner's PLANS and FLAGS cells in CtlLearnerTable's table: FLAGS is the
+// column right after PLANS (issue 26 item 18: the flag was once printed
+// inside PLANS, "in,slow").
+std::pair<std::string, std::string> PlansAndFlags(
+    const std::map<std::string, std::vector<std::string>>& table,
+    const std::string& learner) {
+  REQUIRE(table.count("LEARNER") == 1);
+  const std::vector<std::string>& header = table.at("LEARNER");
+  const auto at = std::find(header.begin(), header.end(), "PLANS");
+  REQUIRE(at != header.end());
+  const size_t plans = static_cast<size_t>(at - header.begin());
+  REQUIRE(header.size() > plans + 1);
+  REQUIRE(header[plans + 1] == "FLAGS");
+  REQUIRE(table.count(learner) == 1);
+  const std::vector<std::string>& row = table.at(learner);
+  REQUIRE(row.size() > plans + 1);
+  return {row[plans], row[plans + 1]};
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -474,22 +493,12 @@ TEST_CASE(
   // (issue 26 item 18: it printed "in,slow" under PLANS).
   const std::map<std::string, std::vector<std::string>> table =
       CtlLearnerTable(server->admin_address());
-  REQUIRE(table.count("LEARNER") == 1);
-  const std::vector<std::string>& header = table.at("LEARNER");
-  const auto column = [&](const std::string& name) {
-    const auto at = std::find(header.begin(), header.end(), name);
-    REQUIRE(at != header.end());
-    return static_cast<size_t>(at - header.begin());
-  };
-  const size_t plans = column("PLANS");
-  REQUIRE(column("FLAGS") == plans + 1);
-  REQUIRE(table.count("slow") == 1);
-  REQUIRE(table.count("a") == 1);
-  REQUIRE(table.at("slow").size() > plans + 1);
-  CHECK(table.at("slow")[plans] == "in");
-  CHECK(table.at("slow")[plans + 1] == "straggler");
-  CHECK(table.at("a")[plans] == "in");
-  CHECK(table.at("a")[plans + 1] == "-");
+  const auto [slow_plans, slow_flags] = PlansAndFlags(table, "slow");
+  CHECK(slow_plans == "in");
+  CHECK(slow_flags == "straggler");
+  const auto [a_plans, a_flags] = PlansAndFlags(table, "a");
+  CHECK(a_plans == "in");
+  CHECK(a_flags == "-");
   WriteFaults(faults, kNormal);
   Step(*stub, 3);
   CHECK_FALSE(flagged());
@@ -560,19 +569,11 @@ TEST_CASE(
 
   const std::map<std::string, std::vector<std::string>> table =
       CtlLearnerTable(server->admin_address());
-  REQUIRE(table.count("LEARNER") == 1);
-  const std::vector<std::string>& header = table.at("LEARNER");
-  const auto at = std::find(header.begin(), header.end(), "PLANS");
-  REQUIRE(at != header.end());
-  const size_t plans = static_cast<size_t>(at - header.begin());
-  REQUIRE(header.size() > plans + 1);
-  REQUIRE(header[plans + 1] == "FLAGS");
-  REQUIRE(table.count("late") == 1);
-  REQUIRE(table.at("late").size() > plans + 1);
-  CHECK(table.at("late")[plans] == "out");
-  CHECK_THAT(table.at("late")[plans + 1], Catch::Matches("late:[1-9][0-9]*ms"));
-  REQUIRE(table.count("a") == 1);
-  CHECK(table.at("a")[plans] == "in");
-  CHECK(table.at("a")[plans + 1] == "-");
+  const auto [late_plans, late_flags] = PlansAndFlags(table, "late");
+  CHECK(late_plans == "out");
+  CHECK_THAT(late_flags, Catch::Matches("late:[1-9][0-9]*ms"));
+  const auto [a_plans, a_flags] = PlansAndFlags(table, "a");
+  CHECK(a_plans == "in");
+  CHECK(a_flags == "-");
   late->learner->Stop();  // ends its hung GetData at once
 }
