@@ -15,6 +15,7 @@
 #include <regex>
 #include <sstream>
 
+#include "tests/testing/loopback_listener.h"
 #include "tests/testing/process_helpers.h"
 #include "tests/testing/test_cluster.h"
 #include "tests/testing/tls_certificates.h"
@@ -176,17 +177,9 @@ TEST_CASE(
                 "min_learners: 0\nmetrics: {listen: \"\"}\n"
                 "admin: {listen: \"\"}\n");
   // A listener the daemon cannot take, so it logs critical and exits.
-  const int held = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  REQUIRE(bind(held, reinterpret_cast<sockaddr*>(&address), length) == 0);
-  REQUIRE(listen(held, 1) == 0);
-  REQUIRE(getsockname(held, reinterpret_cast<sockaddr*>(&address), &length) ==
-          0);
-  const std::string busy =
-      "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  int held_port = 0;
+  const int held = ListenOnLoopback(1, &held_port);
+  const std::string busy = "127.0.0.1:" + std::to_string(held_port);
   // JOURNAL_STREAM as systemd sets it: the device and inode of stderr (here
   // the pipe the test reads), or of something else.
   auto run = [&](bool matching) {

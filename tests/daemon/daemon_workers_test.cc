@@ -36,6 +36,7 @@ extern "C" {
 #include "proto/admin.grpc.pb.h"
 #include "proto/learner.grpc.pb.h"
 #include "tests/testing/log_capture.h"
+#include "tests/testing/loopback_listener.h"
 #include "tests/testing/process_helpers.h"
 
 namespace aggregator {
@@ -437,20 +438,8 @@ TEST_CASE("No descendant of a worker outlives the worker's stop") {
 
 // A loopback port held (bound and listening) by this test.
 struct HeldPort {
-  int fd = -1;
   int port = 0;
-  HeldPort() {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0);
-    REQUIRE(listen(fd, 1) == 0);
-    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    port = ntohs(addr.sin_port);
-  }
+  const int fd = testing::ListenOnLoopback(1, &port);
   ~HeldPort() { close(fd); }
 };
 
